@@ -1,0 +1,44 @@
+# gatehouse — see README.md. `make run` and `make test` are the two commands.
+GO      ?= go
+BIN     := bin
+PKGS    := ./...
+FUZZTIME ?= 30s
+
+.PHONY: all build run test vet fuzz bench generate clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/gatehouse ./cmd/gatehouse
+
+run: build
+	$(BIN)/gatehouse -config examples/gatehouse.hcl
+
+# The whole suite: unit, fuzz seeds, and end-to-end tests with real worker
+# processes on loopback. -p 1 keeps the socket-heavy packages from competing
+# for the two cores. The OpenBSD build is part of the suite.
+test: build
+	$(GO) vet $(PKGS)
+	GOOS=openbsd $(GO) build $(PKGS)
+	$(GO) test -p 1 -count=1 -timeout 30m $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+# Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$t"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+bench: build
+	./scripts/bench/run.sh
+
+generate:
+	./scripts/genproto.sh
+
+clean:
+	rm -rf $(BIN)

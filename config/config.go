@@ -1,0 +1,115 @@
+// Package config loads and validates gatehouse's HCL configuration file.
+//
+// Every key has a documented default and range (SPEC §7). Load never writes
+// defaults into a value the caller passed in; it returns a fresh Config whose
+// fields all hold their effective values. An unknown key, a value of the wrong
+// type or a value out of range is an error naming the file and line.
+package config
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Config is one parsed, validated configuration file with every default filled.
+type Config struct {
+	// Source is the file's text and Filename its name, kept so that the
+	// supervisor can hand the exact same file to its workers in Hello.
+	Source   []byte
+	Filename string
+	// BaseDir is the absolute directory that relative paths in the file
+	// (static roots, the admin socket) were resolved against. A worker that
+	// re-parses Source passes it back in ParseOptions so both sides agree.
+	BaseDir string
+
+	Listeners      []Listener
+	Workers        Workers
+	Limits         Limits
+	TrustedProxies []netip.Prefix
+	Routes         []Route
+	Admin          Admin
+	Sandbox        Sandbox
+	Log            Log
+	// IPv6ClientPrefixLength groups IPv6 clients by this prefix (1..128, default 64).
+	IPv6ClientPrefixLength int
+	// User, when set, is the account the supervisor drops to after binding.
+	User string
+}
+
+// Listener is one `listener "NAME" { address = "..." }` block.
+type Listener struct {
+	Name    string
+	Address netip.AddrPort
+}
+
+// Workers is the `workers` block.
+type Workers struct {
+	Count       int // 1..256, default 4
+	Concurrency int // 1..1024, default 8
+}
+
+// Pool is the number of connections that may be out at workers at once.
+func (w Workers) Pool() int { return w.Count * w.Concurrency }
+
+// Share is how many of the pool's slots one client key may hold: max(1, pool/4).
+func (w Workers) Share() int { return max(1, w.Pool()/4) }
+
+// Limits is the `limits` block.
+type Limits struct {
+	FirstByteTimeout        time.Duration // 1s..60s, default 5s
+	KeepAliveIdleTimeout    time.Duration // 1s..300s, default 15s
+	KeepAliveMaxConnections int           // 1..1000000, default 10000
+	MaxConnectionsPerClient int           // 1..65535, default 256
+	MaxQueuedConnections    int           // 0..1000000, default 1024; 0 disables
+	MaxBodyBytes            int64         // 0..1<<40, default 1 MiB
+	NoWorkerTimeout         time.Duration // 1s..60s, default 5s
+	WriteTimeout            time.Duration // 1s..600s, default 30s
+	ShutdownGrace           time.Duration // 0s..600s, default 10s
+	// IPCMaxInFlightRequests caps the requests one worker channel may have
+	// outstanding at the supervisor (SPEC §7): 1..65536, default 256.
+	IPCMaxInFlightRequests int
+}
+
+// Route is one `route "PREFIX" { ... }` block; exactly one of Static and
+// Respond is non-nil. Config.Routes keeps the order of the file.
+type Route struct {
+	Prefix  string
+	Static  *Static
+	Respond *Respond
+}
+
+// Static serves files under Root.
+type Static struct {
+	// Root is absolute and clean: a relative root in the file is resolved
+	// against Config.BaseDir.
+	Root string
+	// Index is the file served for a directory, default "index.html".
+	Index string
+	// Listing enables directory listings (default false).
+	Listing bool
+}
+
+// Respond answers every request with a fixed status and body.
+type Respond struct {
+	Status      int // 100..599 excluding 1xx: 200..599, default 200
+	Body        string
+	ContentType string // default "text/plain; charset=utf-8"
+}
+
+// Admin is the `admin` block.
+type Admin struct {
+	// Socket is the admin socket's path, absolute and clean; default ""
+	// (no admin socket).
+	Socket string
+}
+
+// Sandbox is the `sandbox` block.
+type Sandbox struct {
+	Mode string // "strict" (default) or "best-effort"
+}
+
+// Log is the `log` block.
+type Log struct {
+	Format string // "text" (default) or "json"
+	Level  string // "trace", "debug", "info" (default), "warn", "error"
+}

@@ -1,0 +1,156 @@
+//go:build unix
+
+package ipc
+
+import (
+	"os"
+
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"golang.org/x/sys/unix"
+)
+
+// Conn is a non-blocking SEQPACKET endpoint on a raw descriptor, for use from
+// one goroutine (the dispatcher). It is not safe for concurrent use.
+type Conn struct {
+	fd   int // owned; immutable until Close
+	rbuf []byte
+	wbuf []byte
+	oob  []byte
+}
+
+// Pair creates a socketpair. The returned Conn (non-blocking) is the
+// supervisor's end; the *os.File is the worker's end, to be passed as fd 3,
+// and the caller owns and closes it after starting the worker.
+func Pair() (*Conn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return NewConn(fds[0]), os.NewFile(uintptr(fds[1]), "ipc"), nil
+}
+
+// NewConn takes ownership of fd, which must be a non-blocking SEQPACKET socket.
+func NewConn(fd int) *Conn {
+	return &Conn{
+		fd:   fd,
+		rbuf: make([]byte, MaxFrameSize+1), // one spare byte makes an oversized frame visible
+		oob:  make([]byte, unix.CmsgSpace(oobFDs*4)),
+	}
+}
+
+// FD returns the descriptor, for registering with epoll. Conn keeps ownership.
+func (c *Conn) FD() int { return c.fd }
+
+// Close closes the descriptor.
+func (c *Conn) Close() error { return unix.Close(c.fd) }
+
+// Send writes one frame, with fd attached when fd >= 0. Send never closes fd:
+// the caller keeps its copy (the supervisor keeps every connection it hands
+// out). It returns ErrWouldBlock when the socket buffer is full.
+func (c *Conn) Send(f *proto.Frame, fd int) error {
+	b, err := Marshal(c.wbuf, f)
+	if err != nil {
+		return err
+	}
+	c.wbuf = b
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+	}
+	for {
+		err = unix.Sendmsg(c.fd, b, oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	switch err {
+	case nil:
+		return nil
+	case unix.EAGAIN:
+		return ErrWouldBlock
+	case unix.EPIPE, unix.ECONNRESET:
+		return ErrClosed
+	}
+	return os.NewSyscallError("sendmsg", err)
+}
+
+// Recv reads one frame into f. It returns the attached descriptor, or -1.
+// The caller owns a returned descriptor. On every error, any descriptor that
+// arrived has already been closed. A *FrameError is the peer's fault.
+func (c *Conn) Recv(f *proto.Frame) (int, error) {
+	var n, oobn, flags int
+	var err error
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(c.fd, c.rbuf, c.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		switch err {
+		case unix.EAGAIN:
+			return -1, ErrWouldBlock
+		case unix.ECONNRESET:
+			return -1, ErrClosed
+		}
+		return -1, os.NewSyscallError("recvmsg", err)
+	}
+	fds := parseRights(c.oob[:oobn])
+	if n == 0 && len(fds) == 0 && flags&unix.MSG_TRUNC == 0 {
+		return -1, ErrClosed
+	}
+	fd, err := check(c.rbuf[:n], n, flags, fds, f)
+	return fd, err
+}
+
+// check validates a received datagram. It closes every descriptor on error.
+func check(b []byte, n, flags int, fds []int, f *proto.Frame) (int, error) {
+	fail := func(err error) (int, error) {
+		closeAll(fds)
+		return -1, err
+	}
+	switch {
+	case flags&unix.MSG_CTRUNC != 0:
+		return fail(&FrameError{Reason: "control data truncated", Size: n, FDs: len(fds)})
+	case flags&unix.MSG_TRUNC != 0 || n > MaxFrameSize:
+		return fail(&FrameError{Reason: "frame over the size cap", Size: n, FDs: len(fds)})
+	case len(fds) > maxFDsPerFrame:
+		return fail(&FrameError{Reason: "too many descriptors", Size: n, FDs: len(fds)})
+	}
+	if err := decode(b, len(fds), f); err != nil {
+		return fail(err)
+	}
+	if len(fds) == 1 {
+		return fds[0], nil
+	}
+	return -1, nil
+}
+
+// parseRights collects every descriptor in every SCM_RIGHTS message of oob.
+func parseRights(oob []byte) []int {
+	var fds []int
+	for len(oob) > 0 {
+		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
+		if err != nil {
+			break
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_RIGHTS {
+			for i := 0; i+4 <= len(data); i += 4 {
+				fds = append(fds, int(int32(uint32(data[i])|uint32(data[i+1])<<8|uint32(data[i+2])<<16|uint32(data[i+3])<<24)))
+			}
+		}
+		oob = rest
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

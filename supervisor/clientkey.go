@@ -1,0 +1,28 @@
+package supervisor
+
+import "net/netip"
+
+// clientKey reduces a peer address to the key its per-client caps and share
+// are counted under: IPv4 as is, IPv4-mapped IPv6 as the IPv4 address, other
+// IPv6 masked to prefixLen bits (SPEC §2 item 2).
+func clientKey(addr netip.Addr, prefixLen int) netip.Addr {
+	addr = addr.Unmap().WithZone("")
+	if addr.Is4() {
+		return addr
+	}
+	p, err := addr.Prefix(prefixLen)
+	if err != nil {
+		return addr
+	}
+	return p.Addr()
+}
+
+// client is the dispatcher's record of one client key. Owned by the loop.
+type client struct {
+	key     netip.Addr
+	trusted bool     // peer is in trusted_proxies: exempt from per-client caps and share
+	conns   int      // open connections
+	out     int      // connections at workers
+	waiting connList // readable connections over the share, oldest first
+	waits   uint64   // times a connection had to wait for this client's share
+}

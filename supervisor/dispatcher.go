@@ -1,0 +1,808 @@
+package supervisor
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// Epoll tokens: the kind in the top byte, an id below. Connection ids are
+// never reused, so an event for a connection closed earlier in the same batch
+// finds no record and is dropped.
+const (
+	kindWake     = 1
+	kindListener = 2
+	kindWorker   = 3
+	kindConn     = 4
+	kindShift    = 56
+	idMask       = 1<<kindShift - 1
+)
+
+const (
+	maxEvents = 256
+	// acceptBatch bounds accepts per listener event so one busy listener
+	// cannot starve the rest of the loop.
+	acceptBatch = 64
+	// frameBatch bounds frames read from one worker per event: one flooding
+	// worker cannot delay another (SPEC §4).
+	frameBatch = 64
+	// lingerTimeout bounds how long a closed-for-writing connection's input is
+	// discarded before the descriptor is closed (nginx: lingering_timeout).
+	lingerTimeout = 2 * time.Second
+	lingerBuf     = 16 << 10
+	// acceptPause is how long accepting stops when descriptors run out and
+	// no idle connection can be closed to make room.
+	acceptPause  = 100 * time.Millisecond
+	pingInterval = 5 * time.Second
+	pingTimeout  = 10 * time.Second
+	// Worker respawn backoff: 100 ms doubling to 10 s, reset after a minute healthy.
+	backoffMin     = 100 * time.Millisecond
+	backoffMax     = 10 * time.Second
+	healthyUptime  = time.Minute
+	epollConnFlags = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
+)
+
+// canned503 is written, without blocking, to a readable connection that found
+// no worker for no_worker_timeout (SPEC §2 item 8).
+var canned503 = []byte("HTTP/1.1 503 Service Unavailable\r\n" +
+	"Content-Type: text/plain; charset=utf-8\r\n" +
+	"Content-Length: 20\r\n" +
+	"Retry-After: 5\r\n" +
+	"Connection: close\r\n" +
+	"X-Content-Type-Options: nosniff\r\n" +
+	"\r\n" +
+	"no worker available\n")
+
+// dispatcher is the loop's state. Every field is owned by the loop goroutine.
+type dispatcher struct {
+	s   *Supervisor
+	cfg *config.Config
+	log hclog.Logger
+
+	epfd      int
+	listeners []listener
+	events    []unix.EpollEvent
+
+	conns   map[uint64]*conn
+	nextID  uint64
+	clients map[netip.Addr]*client
+	workers []*workerProc
+	pool    int
+	share   int
+
+	out     int // connections at workers
+	queued  int // connections that have not finished a first request
+	idle    int // parked keep-alive connections
+	waiting connList
+
+	freshTimers  connList
+	idleTimers   connList
+	waitTimers   connList
+	lingerTimers connList
+
+	fdLimit     int
+	fdReserve   int
+	fdBase      int
+	acceptPause time.Time // accepting is paused until then
+	acceptArmed bool
+
+	nextPing     time.Time
+	stopping     bool
+	stopDeadline time.Time
+	scratch      []byte
+
+	logLimit map[string]time.Time
+	c        counters
+}
+
+func newDispatcher(s *Supervisor) (*dispatcher, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	d := &dispatcher{
+		s:         s,
+		cfg:       s.cfg,
+		log:       s.log.Named("dispatcher"),
+		epfd:      epfd,
+		listeners: s.listeners,
+		events:    make([]unix.EpollEvent, maxEvents),
+		conns:     make(map[uint64]*conn),
+		clients:   make(map[netip.Addr]*client),
+		pool:      s.cfg.Workers.Pool(),
+		share:     s.cfg.Workers.Share(),
+		scratch:   make([]byte, lingerBuf),
+		logLimit:  make(map[string]time.Time),
+		c: counters{
+			refused:              make(map[string]uint64),
+			workerDeathsBySignal: make(map[syscall.Signal]uint64),
+		},
+	}
+	d.waiting.wait = true
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {
+		d.fdLimit = int(rl.Cur)
+	}
+	// The reserve keeps descriptors for worker channels, pipes, respawns and
+	// the admin socket when clients hold everything else.
+	d.fdReserve = 32 + 4*s.cfg.Workers.Count
+	if err := d.add(s.efd, kindWake, 0, unix.EPOLLIN); err != nil {
+		return nil, err
+	}
+	d.armListeners(true)
+	for i := 0; i < s.cfg.Workers.Count; i++ {
+		w := &workerProc{slot: i, state: workerDead, exited: true}
+		d.workers = append(d.workers, w)
+	}
+	return d, nil
+}
+
+func token(kind int, id uint64) (int32, int32) {
+	t := uint64(kind)<<kindShift | id&idMask
+	return int32(uint32(t)), int32(uint32(t >> 32))
+}
+
+func (d *dispatcher) add(fd, kind int, id uint64, events uint32) error {
+	ev := unix.EpollEvent{Events: events}
+	ev.Fd, ev.Pad = token(kind, id)
+	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+func (d *dispatcher) mod(fd, kind int, id uint64, events uint32) error {
+	ev := unix.EpollEvent{Events: events}
+	ev.Fd, ev.Pad = token(kind, id)
+	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+func (d *dispatcher) del(fd int) {
+	unix.EpollCtl(d.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+// armListeners adds or removes every listener from the epoll set.
+func (d *dispatcher) armListeners(on bool) {
+	if on == d.acceptArmed {
+		return
+	}
+	for i, l := range d.listeners {
+		if on {
+			if err := d.add(l.fd, kindListener, uint64(i), unix.EPOLLIN); err != nil {
+				d.log.Error("arming listener", "listener", l.name, "error", err)
+			}
+		} else {
+			d.del(l.fd)
+		}
+	}
+	d.acceptArmed = on
+}
+
+// run is the loop. It locks its OS thread: epoll_wait blocks it.
+func (d *dispatcher) run() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer unix.Close(d.epfd)
+
+	now := time.Now()
+	for _, w := range d.workers {
+		d.startWorker(w, now)
+	}
+	d.nextPing = now.Add(pingInterval)
+	d.fdBase = countOpenFDs()
+	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share)
+
+	for {
+		timeout := d.nextTimeout(time.Now())
+		n, err := unix.EpollWait(d.epfd, d.events, timeout)
+		if err != nil && err != unix.EINTR {
+			return os.NewSyscallError("epoll_wait", err)
+		}
+		now = time.Now()
+		for i := 0; i < n; i++ {
+			ev := d.events[i]
+			t := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			id := t & idMask
+			switch t >> kindShift {
+			case kindWake:
+				d.drainWake(now)
+			case kindListener:
+				d.accept(int(id), now)
+			case kindWorker:
+				d.workerEvent(id, ev.Events, now)
+			case kindConn:
+				if c := d.conns[id]; c != nil {
+					d.connEvent(c, ev.Events, now)
+				}
+			}
+		}
+		d.expire(now)
+		d.tick(now)
+		if d.stopping && d.finished(now) {
+			d.teardown()
+			return nil
+		}
+	}
+}
+
+// nextTimeout is the epoll_wait timeout in milliseconds: until the earliest
+// deadline the loop enforces itself, so each of them bounds the wait.
+func (d *dispatcher) nextTimeout(now time.Time) int {
+	next := d.nextPing
+	consider := func(t time.Time) {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
+	}
+	for _, l := range []*connList{&d.freshTimers, &d.idleTimers, &d.waitTimers, &d.lingerTimers} {
+		if l.head != nil {
+			consider(l.head.deadline)
+		}
+	}
+	consider(d.acceptPause)
+	for _, w := range d.workers {
+		if w.state == workerDead && w.exited {
+			consider(w.retryAt)
+		}
+	}
+	if d.stopping {
+		consider(d.stopDeadline)
+	}
+	ms := next.Sub(now).Milliseconds() + 1
+	if ms < 0 {
+		return 0
+	}
+	return int(ms)
+}
+
+func (d *dispatcher) drainWake(now time.Time) {
+	var buf [8]byte
+	unix.Read(d.s.efd, buf[:])
+	for {
+		select {
+		case m := <-d.s.msgs:
+			d.message(m, now)
+		default:
+			return
+		}
+	}
+}
+
+func (d *dispatcher) message(m any, now time.Time) {
+	switch m := m.(type) {
+	case spawnResult:
+		d.spawned(m, now)
+	case exitResult:
+		d.exited(m, now)
+	case stopMsg:
+		d.stop(now)
+	case snapshotReq:
+		m.reply <- d.snapshot(now)
+	}
+}
+
+// accept takes new connections from listener i and admits them before a byte
+// is read (SPEC §2 item 1).
+func (d *dispatcher) accept(i int, now time.Time) {
+	if d.stopping || i >= len(d.listeners) {
+		return
+	}
+	l := d.listeners[i]
+	for n := 0; n < acceptBatch; n++ {
+		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.fdReserve >= d.fdLimit && !d.evictIdle("descriptor reserve") {
+			d.pauseAccept(now, "descriptor reserve reached and no idle connection to close")
+			return
+		}
+		fd, sa, err := unix.Accept4(l.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		switch err {
+		case nil:
+		case unix.EAGAIN:
+			return
+		case unix.EINTR, unix.ECONNABORTED, unix.EPROTO:
+			continue
+		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+			// Out of descriptors: make room from the idle keep-alive
+			// connections, oldest first, as nginx does; never spin.
+			d.c.acceptErrors++
+			if !d.evictIdle("descriptors exhausted") {
+				d.pauseAccept(now, err.Error())
+				return
+			}
+			continue
+		default:
+			d.c.acceptErrors++
+			d.logLimited("accept", "accept failed", "listener", l.name, "error", err)
+			return
+		}
+		d.admit(fd, i, sockaddrAddrPort(sa), now)
+	}
+}
+
+func (d *dispatcher) pauseAccept(now time.Time, why string) {
+	d.c.acceptPauses++
+	d.acceptPause = now.Add(acceptPause)
+	d.armListeners(false)
+	d.logLimited("accept-pause", "accepting paused", "reason", why, "for", acceptPause)
+}
+
+// admit applies the admission caps to an accepted descriptor and parks it.
+func (d *dispatcher) admit(fd, listener int, peer netip.AddrPort, now time.Time) {
+	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
+	cl := d.clients[key]
+	if cl == nil {
+		cl = &client{key: key, trusted: d.trusted(peer.Addr())}
+		cl.waiting.wait = true
+	}
+	refuse := ""
+	switch {
+	case !cl.trusted && cl.conns >= d.cfg.Limits.MaxConnectionsPerClient:
+		refuse = refusedPerClient
+	case d.cfg.Limits.MaxQueuedConnections > 0 && d.queued >= d.cfg.Limits.MaxQueuedConnections:
+		refuse = refusedQueued
+	}
+	if refuse != "" {
+		unix.Close(fd)
+		d.c.refused[refuse]++
+		// The address stays out of the log line (SPEC §2 item 1).
+		d.logLimited("refused-"+refuse, "connection refused", "reason", refuse)
+		return
+	}
+	d.nextID++
+	c := &conn{id: d.nextID, fd: fd, client: cl, listener: listener, peer: peer, accepted: now, fresh: true}
+	if err := d.add(fd, kindConn, c.id, epollConnFlags); err != nil {
+		unix.Close(fd)
+		d.logLimited("epoll-add", "registering connection", "error", err)
+		return
+	}
+	c.armed = true
+	d.clients[key] = cl
+	cl.conns++
+	d.conns[c.id] = c
+	d.queued++
+	d.c.accepted++
+	c.deadline = now.Add(d.cfg.Limits.FirstByteTimeout)
+	d.freshTimers.push(c)
+}
+
+func (d *dispatcher) trusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range d.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// connEvent handles readiness of a parked or lingering connection. The
+// registration is one-shot, so it stays quiet until re-armed.
+func (d *dispatcher) connEvent(c *conn, events uint32, now time.Time) {
+	c.armed = false
+	switch c.state {
+	case stateLinger:
+		d.discard(c)
+		return
+	case stateFresh, stateIdle:
+	default:
+		return
+	}
+	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		// The peer closed or reset. If nothing is left to read, close here
+		// rather than spend a worker round on it.
+		var b [1]byte
+		n, _, err := unix.Recvfrom(c.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if n <= 0 && err != unix.EAGAIN {
+			d.c.peerClosed++
+			d.closeConn(c)
+			return
+		}
+	}
+	d.leavePark(c)
+	d.tryDispatch(c, now)
+}
+
+// leavePark takes a parked connection off its timer list and counters.
+func (d *dispatcher) leavePark(c *conn) {
+	if c.tlist != nil {
+		c.tlist.remove(c)
+	}
+	if c.state == stateIdle {
+		d.idle--
+	}
+}
+
+// discard reads and drops what a lingering connection still sends.
+func (d *dispatcher) discard(c *conn) {
+	for i := 0; i < 4; i++ {
+		n, err := unix.Read(c.fd, d.scratch)
+		if err == unix.EAGAIN {
+			d.arm(c)
+			return
+		}
+		if n <= 0 || err != nil {
+			d.closeConn(c)
+			return
+		}
+	}
+	d.arm(c)
+}
+
+func (d *dispatcher) arm(c *conn) {
+	if err := d.mod(c.fd, kindConn, c.id, epollConnFlags); err != nil {
+		d.logLimited("epoll-mod", "re-arming connection", "error", err)
+		d.closeConn(c)
+		return
+	}
+	c.armed = true
+}
+
+// tryDispatch hands a readable connection to a worker under both bounds: the
+// client's share and the pool. Over either, it waits outside the epoll set,
+// oldest first, and its no-worker timer runs (SPEC §2 item 4).
+func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
+	cl := c.client
+	if !cl.trusted && cl.out >= d.share {
+		d.enqueue(c, &cl.waiting, now)
+		cl.waits++
+		d.c.shareWaits++
+		return
+	}
+	w := d.pickWorker()
+	if w == nil {
+		d.enqueue(c, &d.waiting, now)
+		d.c.poolWaits++
+		return
+	}
+	d.dispatch(w, c)
+}
+
+func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
+	c.state = stateWaiting
+	q.push(c)
+	if c.tlist != &d.waitTimers {
+		if c.tlist != nil {
+			c.tlist.remove(c)
+		}
+		c.deadline = now.Add(d.cfg.Limits.NoWorkerTimeout)
+		d.waitTimers.push(c)
+	}
+}
+
+// pickWorker returns the ready worker with the most free slots, or nil.
+func (d *dispatcher) pickWorker() *workerProc {
+	if d.stopping || d.out >= d.pool {
+		return nil
+	}
+	var best *workerProc
+	for _, w := range d.workers {
+		if w.state != workerReady || w.active >= d.cfg.Workers.Concurrency {
+			continue
+		}
+		if best == nil || w.active < best.active {
+			best = w
+		}
+	}
+	return best
+}
+
+// dispatch sends c to w. Admission is counted here, explicitly, never
+// inferred from the state of a pool.
+func (d *dispatcher) dispatch(w *workerProc, c *conn) {
+	if c.tlist != nil {
+		c.tlist.remove(c)
+	}
+	if c.qlist != nil {
+		c.qlist.remove(c)
+	}
+	c.state = stateAtWorker
+	c.worker = w
+	w.active++
+	c.client.out++
+	d.out++
+	d.c.dispatches++
+	f := &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{
+		ConnId:           c.id,
+		HasFd:            true,
+		Listener:         uint32(c.listener),
+		Peer:             c.peer.String(),
+		ClientKey:        c.client.key.String(),
+		Carried:          c.carried,
+		Requests:         c.requests,
+		AcceptedUnixNano: c.accepted.UnixNano(),
+	}}}
+	c.carried = nil
+	d.send(w, f, c.fd)
+}
+
+// send writes a frame to a worker, queueing it when the channel is full. The
+// queue is bounded: dispatches by the worker's slots, the rest by one ping or
+// drain at a time.
+func (d *dispatcher) send(w *workerProc, f *proto.Frame, fd int) {
+	if w.ch == nil {
+		return
+	}
+	if len(w.outq) == 0 {
+		err := w.ch.Send(f, fd)
+		if err == nil {
+			return
+		}
+		if err != ipc.ErrWouldBlock {
+			d.workerGone(w, fmt.Sprintf("sending to worker: %v", err), true)
+			return
+		}
+	}
+	w.outq = append(w.outq, outFrame{f: f, fd: fd})
+	if !w.wantOut {
+		w.wantOut = true
+		d.mod(w.ch.FD(), kindWorker, uint64(w.slot)|w.gen<<16, unix.EPOLLIN|unix.EPOLLOUT)
+	}
+}
+
+func (d *dispatcher) flushOut(w *workerProc) {
+	for len(w.outq) > 0 {
+		o := w.outq[0]
+		err := w.ch.Send(o.f, o.fd)
+		if err == ipc.ErrWouldBlock {
+			return
+		}
+		if err != nil {
+			d.workerGone(w, fmt.Sprintf("sending to worker: %v", err), true)
+			return
+		}
+		w.outq[0] = outFrame{}
+		w.outq = w.outq[1:]
+	}
+	w.outq = nil
+	w.wantOut = false
+	d.mod(w.ch.FD(), kindWorker, uint64(w.slot)|w.gen<<16, unix.EPOLLIN)
+}
+
+// release gives back the slots a connection held at its worker.
+func (d *dispatcher) release(c *conn) {
+	c.worker.active--
+	c.worker = nil
+	c.client.out--
+	d.out--
+}
+
+// pump dispatches waiting connections after slots were released: first the
+// pool's queue, oldest first, then the head of the client's own queue, which
+// now fits its share (it joins the pool's queue if no slot is left).
+func (d *dispatcher) pump(cl *client, now time.Time) {
+	for d.waiting.head != nil {
+		w := d.pickWorker()
+		if w == nil {
+			break
+		}
+		c := d.waiting.pop()
+		d.tryDispatch(c, now)
+	}
+	if cl != nil && cl.waiting.head != nil && (cl.trusted || cl.out < d.share) {
+		c := cl.waiting.pop()
+		d.tryDispatch(c, now)
+	}
+}
+
+// park holds a kept-alive connection until its next request or its idle
+// timeout. Over keep_alive_max_connections the oldest idle one is closed.
+func (d *dispatcher) park(c *conn, now time.Time) {
+	if d.idle >= d.cfg.Limits.KeepAliveMaxConnections {
+		d.evictIdle("keep_alive_max_connections")
+	}
+	c.state = stateIdle
+	d.idle++
+	c.deadline = now.Add(d.cfg.Limits.KeepAliveIdleTimeout)
+	d.idleTimers.push(c)
+	d.arm(c)
+}
+
+// evictIdle closes the oldest idle kept-alive connection, if any. The
+// Keep-Alive timeout hint is advisory (RFC 9112 §9.3), so this is allowed.
+func (d *dispatcher) evictIdle(why string) bool {
+	c := d.idleTimers.head
+	if c == nil {
+		return false
+	}
+	d.c.idleEvicted++
+	d.logLimited("evict-"+why, "closing oldest idle connection", "reason", why)
+	d.closeConn(c)
+	return true
+}
+
+func (d *dispatcher) linger(c *conn, now time.Time) {
+	c.state = stateLinger
+	c.deadline = now.Add(lingerTimeout)
+	d.lingerTimers.push(c)
+	d.arm(c)
+}
+
+// closeConn forgets a connection and closes the dispatcher's descriptor. It
+// deregisters before closing: a registration outliving its descriptor would
+// be stale for good while a worker still holds a duplicate.
+func (d *dispatcher) closeConn(c *conn) {
+	if c.tlist != nil {
+		c.tlist.remove(c)
+	}
+	if c.qlist != nil {
+		c.qlist.remove(c)
+	}
+	switch c.state {
+	case stateIdle:
+		d.idle--
+	case stateAtWorker:
+		d.release(c)
+	}
+	if c.fresh {
+		d.queued--
+	}
+	d.del(c.fd)
+	unix.Close(c.fd)
+	delete(d.conns, c.id)
+	cl := c.client
+	cl.conns--
+	if cl.conns == 0 && cl.out == 0 {
+		delete(d.clients, cl.key)
+	}
+	d.c.closed++
+}
+
+// expire enforces the per-state timeouts.
+func (d *dispatcher) expire(now time.Time) {
+	for c := d.freshTimers.head; c != nil && !now.Before(c.deadline); c = d.freshTimers.head {
+		// A connection that never sent a byte is closed silently: browsers
+		// and load balancers open speculative connections.
+		d.c.timeoutFirstByte++
+		d.closeConn(c)
+	}
+	for c := d.idleTimers.head; c != nil && !now.Before(c.deadline); c = d.idleTimers.head {
+		d.c.timeoutIdle++
+		d.closeConn(c)
+	}
+	for c := d.waitTimers.head; c != nil && !now.Before(c.deadline); c = d.waitTimers.head {
+		d.c.timeoutNoWorker++
+		d.waitTimers.remove(c)
+		if c.qlist != nil {
+			c.qlist.remove(c)
+		}
+		unix.Write(c.fd, canned503)
+		unix.Shutdown(c.fd, unix.SHUT_WR)
+		d.linger(c, now)
+	}
+	for c := d.lingerTimers.head; c != nil && !now.Before(c.deadline); c = d.lingerTimers.head {
+		d.closeConn(c)
+	}
+}
+
+// tick runs the periodic work: accept resumption, pings, respawns.
+func (d *dispatcher) tick(now time.Time) {
+	if !d.acceptPause.IsZero() && !now.Before(d.acceptPause) {
+		d.acceptPause = time.Time{}
+		if !d.stopping {
+			d.armListeners(true)
+		}
+	}
+	for _, w := range d.workers {
+		if w.state == workerDead && w.exited && !d.stopping && !now.Before(w.retryAt) {
+			d.startWorker(w, now)
+		}
+	}
+	if now.Before(d.nextPing) {
+		return
+	}
+	d.nextPing = now.Add(pingInterval)
+	for _, w := range d.workers {
+		if w.ch == nil || w.state == workerDead {
+			continue
+		}
+		if now.Sub(w.lastPong) > pingTimeout {
+			d.killWorker(w, "did not answer a ping within 10s")
+			continue
+		}
+		w.pingSeq++
+		d.send(w, &proto.Frame{Body: &proto.Frame_Ping{Ping: &proto.Ping{Seq: w.pingSeq}}}, -1)
+	}
+}
+
+// stop begins the bounded shutdown (SPEC §2 item 9): stop accepting, close
+// every parked connection at once, ask workers to finish and exit.
+func (d *dispatcher) stop(now time.Time) {
+	if d.stopping {
+		return
+	}
+	d.stopping = true
+	d.stopDeadline = now.Add(d.cfg.Limits.ShutdownGrace)
+	d.log.Info("shutting down", "grace", d.cfg.Limits.ShutdownGrace, "at_workers", d.out)
+	d.armListeners(false)
+	for _, l := range d.listeners {
+		unix.Close(l.fd)
+	}
+	d.listeners = nil
+	d.s.listeners = nil
+	for _, c := range d.conns {
+		if c.state != stateAtWorker {
+			d.closeConn(c)
+		}
+	}
+	for _, w := range d.workers {
+		if w.ch != nil {
+			w.state = workerDraining
+			d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{}}}, -1)
+		}
+	}
+}
+
+// finished reports whether shutdown is complete; past the grace period it
+// kills what is left and waits only for the kills to be reaped.
+func (d *dispatcher) finished(now time.Time) bool {
+	all := true
+	for _, w := range d.workers {
+		if !w.exited {
+			all = false
+		}
+	}
+	if all {
+		return true
+	}
+	if !now.Before(d.stopDeadline) {
+		for _, w := range d.workers {
+			if !w.exited && w.proc != nil {
+				w.proc.Kill()
+			}
+		}
+		// The kills are reaped within moments; give them a short bound so a
+		// stuck reap cannot hold shutdown forever.
+		if now.Sub(d.stopDeadline) > 5*time.Second {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *dispatcher) teardown() {
+	for _, c := range d.conns {
+		d.closeConn(c)
+	}
+	for _, w := range d.workers {
+		if w.ch != nil {
+			d.del(w.ch.FD())
+			w.ch.Close()
+			w.ch = nil
+		}
+	}
+	d.log.Info("stopped")
+}
+
+// logLimited logs at most once a second per key, so a flood of refusals or
+// bad peers cannot flood the log.
+func (d *dispatcher) logLimited(key, msg string, args ...any) {
+	now := time.Now()
+	if t, ok := d.logLimit[key]; ok && now.Sub(t) < time.Second {
+		return
+	}
+	if len(d.logLimit) > 1024 {
+		clear(d.logLimit)
+	}
+	d.logLimit[key] = now
+	d.log.Warn(msg, args...)
+}
+
+// countOpenFDs counts this process's descriptors, for the reserve arithmetic.
+func countOpenFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 64
+	}
+	return len(ents)
+}

@@ -1,0 +1,63 @@
+package supervisor
+
+// connList is an intrusive FIFO of connections. A connection is in at most one
+// timer list (links t*) and at most one wait queue (links q*) at a time, so
+// both are O(1) to join, leave and pop without allocating.
+//
+// Timeouts are uniform per state (first byte, keep-alive idle, no worker,
+// linger), so appending at the tail keeps each timer list sorted by deadline:
+// a FIFO per state is a correct timer structure.
+type connList struct {
+	head, tail *conn
+	n          int
+	wait       bool // uses the q* links instead of the t* links
+}
+
+func (l *connList) links(c *conn) (prev, next **conn, in **connList) {
+	if l.wait {
+		return &c.qprev, &c.qnext, &c.qlist
+	}
+	return &c.tprev, &c.tnext, &c.tlist
+}
+
+func (l *connList) push(c *conn) {
+	prev, next, in := l.links(c)
+	*prev, *next, *in = l.tail, nil, l
+	if l.tail != nil {
+		_, tnext, _ := l.links(l.tail)
+		*tnext = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+	l.n++
+}
+
+func (l *connList) remove(c *conn) {
+	prev, next, in := l.links(c)
+	if *in != l {
+		return
+	}
+	if *prev != nil {
+		_, pnext, _ := l.links(*prev)
+		*pnext = *next
+	} else {
+		l.head = *next
+	}
+	if *next != nil {
+		nprev, _, _ := l.links(*next)
+		*nprev = *prev
+	} else {
+		l.tail = *prev
+	}
+	*prev, *next, *in = nil, nil, nil
+	l.n--
+}
+
+func (l *connList) pop() *conn {
+	c := l.head
+	if c != nil {
+		l.remove(c)
+	}
+	return c
+}

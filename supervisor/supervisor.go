@@ -1,0 +1,182 @@
+// Package supervisor is gatehouse's privileged process: it owns the listeners,
+// the worker processes and the dispatcher, the one epoll loop that holds every
+// connection nobody is serving and hands readable ones to workers (SPEC §2).
+//
+// The supervisor never reads a request. It accepts, admits, parks, dispatches
+// descriptors over each worker's channel and takes them back; everything a
+// worker sends it is checked as hostile input.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// ErrBind marks a failure to bind a listener; cmd/gatehouse maps it to its own
+// exit code.
+var ErrBind = errors.New("supervisor: binding listeners")
+
+// Options are the parts of a Supervisor that do not come from the file.
+type Options struct {
+	// Logger receives the supervisor's and the workers' logs. Default: hclog.Default().
+	Logger hclog.Logger
+	// WorkerPath is the program run as a worker. Default: this executable.
+	WorkerPath string
+	// WorkerArgs are its arguments. Default: ["worker"].
+	WorkerArgs []string
+	// BaseDir resolves relative paths in the configuration. Default: the working directory.
+	BaseDir string
+}
+
+// Supervisor runs gatehouse. Create it with New, then call Run once.
+type Supervisor struct {
+	cfg        *config.Config // immutable after New
+	opts       Options
+	log        hclog.Logger
+	workerArgs []string
+
+	listeners []listener // bound in New; owned by the loop once Run starts
+
+	msgs  chan any // bounded queue of messages into the loop
+	efd   int      // eventfd that wakes the loop; immutable
+	ready chan struct{}
+	once  sync.Once
+
+	d *dispatcher // the loop's state; touched only by the loop goroutine
+}
+
+// New binds every listener of cfg and prepares the supervisor. Binding here,
+// before any worker exists, lets the caller tell a bind failure (ErrBind) from
+// everything later.
+func New(cfg *config.Config, opts Options) (*Supervisor, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.Default()
+	}
+	if opts.WorkerPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding own executable: %w", err)
+		}
+		opts.WorkerPath = exe
+	}
+	if opts.BaseDir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("finding working directory: %w", err)
+		}
+		opts.BaseDir = wd
+	}
+	args := append([]string(nil), opts.WorkerArgs...)
+	if opts.WorkerArgs == nil {
+		args = []string{"worker"}
+	}
+	// Document roots are opened by the worker before it sandboxes itself.
+	for _, r := range cfg.Routes {
+		if r.Static != nil {
+			args = append(args, "-root", r.Static.Root)
+		}
+	}
+	s := &Supervisor{
+		cfg:        cfg,
+		opts:       opts,
+		log:        opts.Logger,
+		workerArgs: args,
+		msgs:       make(chan any, 1024),
+		ready:      make(chan struct{}),
+	}
+	for _, l := range cfg.Listeners {
+		fd, bound, err := bindTCP(l.Address)
+		if err != nil {
+			s.closeListeners()
+			return nil, fmt.Errorf("%w: listener %q: %w", ErrBind, l.Name, err)
+		}
+		s.listeners = append(s.listeners, listener{name: l.Name, fd: fd, addr: bound})
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		s.closeListeners()
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	s.efd = efd
+	return s, nil
+}
+
+func (s *Supervisor) closeListeners() {
+	for _, l := range s.listeners {
+		unix.Close(l.fd)
+	}
+	s.listeners = nil
+}
+
+// Addrs returns the bound listener addresses, in configuration order.
+func (s *Supervisor) Addrs() []netip.AddrPort {
+	out := make([]netip.AddrPort, len(s.listeners))
+	for i, l := range s.listeners {
+		out[i] = l.addr
+	}
+	return out
+}
+
+// Ready is closed once the listeners are bound and every worker has reported
+// Ready for the first time.
+func (s *Supervisor) Ready() <-chan struct{} { return s.ready }
+
+// Run serves until ctx is cancelled, then shuts down within shutdown_grace
+// (SPEC §2 item 9) and returns. It must be called once.
+func (s *Supervisor) Run(ctx context.Context) error {
+	d, err := newDispatcher(s)
+	if err != nil {
+		return err
+	}
+	s.d = d
+	stop := context.AfterFunc(ctx, func() { s.post(stopMsg{}) })
+	defer stop()
+	return d.run()
+}
+
+// post hands a message to the loop and wakes it. It blocks while the queue is
+// full; the loop itself never calls it.
+func (s *Supervisor) post(m any) {
+	s.msgs <- m
+	s.wake()
+}
+
+func (s *Supervisor) wake() {
+	var one = [8]byte{1}
+	unix.Write(s.efd, one[:])
+}
+
+// Snapshot asks the loop for a copy of its state.
+func (s *Supervisor) Snapshot(ctx context.Context) (Snapshot, error) {
+	reply := make(chan Snapshot, 1)
+	select {
+	case s.msgs <- snapshotReq{reply: reply}:
+		s.wake()
+	case <-ctx.Done():
+		return Snapshot{}, ctx.Err()
+	}
+	select {
+	case snap := <-reply:
+		return snap, nil
+	case <-ctx.Done():
+		return Snapshot{}, ctx.Err()
+	}
+}
+
+// spawnAttr is the process attributes of a worker.
+func (s *Supervisor) spawnAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+type stopMsg struct{}
+
+type snapshotReq struct{ reply chan Snapshot }

@@ -1,0 +1,202 @@
+package supervisor
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/hashicorp/go-hclog"
+)
+
+// workerState is a worker slot's lifecycle:
+//
+//	starting ──Ready──► ready ──Drain/replace──► draining ──exit──► dead
+//	    │                 │                                          │
+//	    └────exit─────────┴───────────────► dead ──backoff──► starting
+type workerState uint8
+
+const (
+	workerStarting workerState = iota
+	workerReady
+	workerDraining
+	workerDead
+)
+
+var workerStateNames = [...]string{"starting", "ready", "draining", "dead"}
+
+func (s workerState) String() string { return workerStateNames[s] }
+
+// workerProc is one worker slot. Owned by the dispatcher loop.
+type workerProc struct {
+	slot  int    // index in Supervisor.workers; immutable
+	gen   uint64 // incremented per process; stale messages carry an old gen
+	state workerState
+	pid   int
+	proc  *os.Process
+	// exited is true once the process (if any) has been reaped.
+	exited bool
+	ch     *ipc.Conn // nil while no process is attached
+	outq   []outFrame
+	// wantOut is true while EPOLLOUT is registered for outq.
+	wantOut bool
+
+	active   int // connections out at this worker
+	served   uint64
+	restarts int
+	started  time.Time
+	backoff  time.Duration
+	retryAt  time.Time // when dead: respawn no earlier than this
+	lastPong time.Time
+	pingSeq  uint64
+	layers   []*proto.SandboxLayer
+}
+
+// outFrame is a frame that found the channel full, with the descriptor to send
+// along (-1 for none). The dispatcher keeps its own copy of the descriptor.
+type outFrame struct {
+	f  *proto.Frame
+	fd int
+}
+
+// spawnResult is what a spawning goroutine posts back to the loop.
+type spawnResult struct {
+	slot int
+	gen  uint64
+	ch   *ipc.Conn
+	proc *os.Process
+	err  error
+}
+
+// exitResult reports a worker process's end.
+type exitResult struct {
+	slot   int
+	gen    uint64
+	status string
+	signal syscall.Signal // 0 when it exited normally
+	code   int
+}
+
+// spawnWorker starts one worker process and waits for it, posting its start and
+// its exit to the loop. It runs on its own goroutine locked to its OS thread
+// for the child's whole life, because Pdeathsig fires when the creating thread
+// exits (golang/go#27505).
+func (s *Supervisor) spawnWorker(slot int, gen uint64) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	ch, theirs, err := ipc.Pair()
+	if err != nil {
+		s.post(spawnResult{slot: slot, gen: gen, err: err})
+		return
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		ch.Close()
+		theirs.Close()
+		s.post(spawnResult{slot: slot, gen: gen, err: err})
+		return
+	}
+	cmd := &exec.Cmd{
+		Path:        s.opts.WorkerPath,
+		Args:        append([]string{s.opts.WorkerPath}, s.workerArgs...),
+		Env:         []string{},
+		Stdout:      pw,
+		Stderr:      pw,
+		ExtraFiles:  []*os.File{theirs}, // fd 3
+		SysProcAttr: s.spawnAttr(),
+	}
+	err = cmd.Start()
+	theirs.Close()
+	pw.Close()
+	if err != nil {
+		ch.Close()
+		pr.Close()
+		s.post(spawnResult{slot: slot, gen: gen, err: fmt.Errorf("starting worker: %w", err)})
+		return
+	}
+	log := s.log.Named("worker").With("worker", slot, "pid", cmd.Process.Pid)
+	relayed := make(chan struct{})
+	go func() {
+		relayLog(pr, log)
+		pr.Close()
+		close(relayed)
+	}()
+	s.post(spawnResult{slot: slot, gen: gen, ch: ch, proc: cmd.Process})
+
+	err = cmd.Wait()
+	<-relayed
+	res := exitResult{slot: slot, gen: gen, status: "exited"}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Signaled():
+			res.signal = ws.Signal()
+			res.status = "killed by " + unixSignalName(ws.Signal())
+		case ws.Exited():
+			res.code = ws.ExitStatus()
+			res.status = fmt.Sprintf("exited with status %d", res.code)
+		}
+	} else if err != nil {
+		res.status = err.Error()
+	}
+	s.post(res)
+}
+
+func unixSignalName(sig syscall.Signal) string {
+	name := sig.String()
+	return fmt.Sprintf("%s (signal %d)", name, int(sig))
+}
+
+// relayLog re-emits a worker's hclog JSON lines through the supervisor's
+// logger, tagged with the worker; other lines are relayed as they are. A line
+// longer than the buffer is cut, never allowed to block the worker.
+func relayLog(r io.Reader, log hclog.Logger) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for {
+		if !sc.Scan() {
+			if sc.Err() == bufio.ErrTooLong {
+				log.Warn("worker log line over 64 KiB dropped")
+				sc = bufio.NewScanner(r)
+				sc.Buffer(make([]byte, 0, 4096), 64<<10)
+				continue
+			}
+			return
+		}
+		relayLine(sc.Bytes(), log)
+	}
+}
+
+func relayLine(line []byte, log hclog.Logger) {
+	var m map[string]any
+	if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &m) != nil {
+		text := string(line)
+		level := hclog.Info
+		if strings.HasPrefix(text, "panic:") || strings.HasPrefix(text, "fatal error:") {
+			level = hclog.Error
+		}
+		log.Log(level, text)
+		return
+	}
+	level := hclog.LevelFromString(fmt.Sprint(m["@level"]))
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	msg := fmt.Sprint(m["@message"])
+	args := make([]any, 0, 2*len(m))
+	for k, v := range m {
+		if strings.HasPrefix(k, "@") {
+			continue
+		}
+		args = append(args, k, v)
+	}
+	log.Log(level, msg, args...)
+}

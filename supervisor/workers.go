@@ -1,0 +1,277 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"golang.org/x/sys/unix"
+)
+
+// startWorker launches a process for slot w on its own goroutine.
+func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
+	w.gen++
+	w.state = workerStarting
+	w.exited = false
+	w.started = now
+	go d.s.spawnWorker(w.slot, w.gen)
+}
+
+func (d *dispatcher) workerFor(slot int, gen uint64) *workerProc {
+	if slot < 0 || slot >= len(d.workers) || d.workers[slot].gen != gen {
+		return nil
+	}
+	return d.workers[slot]
+}
+
+// spawned attaches a started process's channel, or schedules a retry.
+func (d *dispatcher) spawned(m spawnResult, now time.Time) {
+	w := d.workerFor(m.slot, m.gen)
+	if w == nil {
+		if m.ch != nil {
+			m.ch.Close()
+			m.proc.Kill()
+		}
+		return
+	}
+	if m.err != nil {
+		d.log.Error("starting worker", "worker", w.slot, "error", m.err)
+		w.exited = true
+		d.scheduleRespawn(w, now)
+		return
+	}
+	w.ch, w.proc, w.pid = m.ch, m.proc, m.proc.Pid
+	w.lastPong = now
+	if err := d.add(w.ch.FD(), kindWorker, uint64(w.slot)|w.gen<<16, unix.EPOLLIN); err != nil {
+		d.killWorker(w, err.Error())
+		return
+	}
+	if d.stopping {
+		d.killWorker(w, "shutting down")
+		return
+	}
+	d.send(w, &proto.Frame{Body: &proto.Frame_Hello{Hello: &proto.Hello{
+		WorkerId:    uint32(w.slot),
+		Config:      d.cfg.Source,
+		ConfigName:  d.cfg.Filename,
+		Concurrency: uint32(d.cfg.Workers.Concurrency),
+		BaseDir:     d.s.opts.BaseDir,
+	}}}, -1)
+}
+
+// exited records a reaped worker process.
+func (d *dispatcher) exited(m exitResult, now time.Time) {
+	w := d.workerFor(m.slot, m.gen)
+	if w == nil {
+		return
+	}
+	w.exited = true
+	w.proc = nil
+	if d.stopping && m.signal == 0 && m.code == 0 {
+		d.log.Info("worker exited", "worker", w.slot, "pid", w.pid)
+	} else {
+		d.c.workerDeaths++
+		if m.signal != 0 {
+			d.c.workerDeathsBySignal[m.signal]++
+		}
+		d.log.Error("worker died", "worker", w.slot, "pid", w.pid, "status", m.status)
+	}
+	d.workerGone(w, m.status, false)
+}
+
+// workerEvent handles readiness on a worker's channel.
+func (d *dispatcher) workerEvent(id uint64, events uint32, now time.Time) {
+	w := d.workerFor(int(id&0xffff), id>>16)
+	if w == nil || w.ch == nil {
+		return
+	}
+	if events&unix.EPOLLOUT != 0 {
+		d.flushOut(w)
+		if w.ch == nil {
+			return
+		}
+	}
+	var f proto.Frame
+	for i := 0; i < frameBatch; i++ {
+		f.Reset()
+		fd, err := w.ch.Recv(&f)
+		if err != nil {
+			var fe *ipc.FrameError
+			switch {
+			case err == ipc.ErrWouldBlock:
+			case err == ipc.ErrClosed:
+				d.workerGone(w, "closed its channel", true)
+			case errors.As(err, &fe):
+				d.killWorker(w, fe.Error())
+			default:
+				d.killWorker(w, err.Error())
+			}
+			return
+		}
+		if fd >= 0 {
+			// ipc admits a descriptor only on a Dispatch, which a worker
+			// never sends; close it before reporting the violation.
+			unix.Close(fd)
+		}
+		if !d.frame(w, &f, now) || w.ch == nil {
+			return
+		}
+	}
+}
+
+// frame handles one frame from a worker. It reports false when the worker was
+// killed for it.
+func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
+	switch b := f.Body.(type) {
+	case *proto.Frame_Ready:
+		if w.state != workerStarting {
+			d.killWorker(w, "Ready when not starting")
+			return false
+		}
+		w.state = workerReady
+		w.layers = b.Ready.GetLayers()
+		d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
+		d.checkReady()
+		d.pump(nil, now)
+	case *proto.Frame_Done:
+		return d.done(w, b.Done, now)
+	case *proto.Frame_Pong:
+		w.lastPong = now
+	default:
+		d.killWorker(w, fmt.Sprintf("unexpected frame %T", f.Body))
+		return false
+	}
+	return true
+}
+
+// done takes a connection back from a worker (SPEC §2 item 6): the slots are
+// released first, then it is re-parked, re-dispatched with its carried input,
+// lingered or closed.
+func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
+	c := d.conns[m.GetConnId()]
+	switch {
+	case c == nil || c.state != stateAtWorker || c.worker != w:
+		d.killWorker(w, fmt.Sprintf("Done for connection %d it does not hold", m.GetConnId()))
+		return false
+	case m.GetKept():
+		d.killWorker(w, "Done keeps a descriptor; affinity is not enabled")
+		return false
+	case len(m.GetCarried()) > ipc.MaxCarried:
+		d.killWorker(w, "Done carries more than the carried-bytes cap")
+		return false
+	case m.GetRequests() < c.requests:
+		d.killWorker(w, "Done lowers the request count")
+		return false
+	}
+	served := uint64(m.GetRequests() - c.requests)
+	w.served += served
+	d.c.requests += served
+	c.requests = m.GetRequests()
+	if c.fresh && c.requests > 0 {
+		c.fresh = false
+		d.queued--
+	}
+	d.release(c)
+	d.pump(c.client, now)
+	switch m.GetDisposition() {
+	case proto.Disposition_KEEP_ALIVE:
+		switch {
+		case d.stopping:
+			d.closeConn(c)
+		case len(m.GetCarried()) > 0:
+			c.carried = append([]byte(nil), m.GetCarried()...)
+			d.tryDispatch(c, now)
+		default:
+			d.park(c, now)
+		}
+	case proto.Disposition_CLOSE:
+		d.closeConn(c)
+	case proto.Disposition_LINGER:
+		if d.stopping {
+			d.closeConn(c)
+		} else {
+			d.linger(c, now)
+		}
+	default:
+		d.killWorker(w, "Done without a disposition")
+		return false
+	}
+	return true
+}
+
+// killWorker ends a worker for a protocol violation or unresponsiveness.
+func (d *dispatcher) killWorker(w *workerProc, reason string) {
+	d.c.workerKills++
+	d.log.Error("killing worker", "worker", w.slot, "pid", w.pid, "reason", reason)
+	d.workerGone(w, reason, true)
+}
+
+// workerGone detaches a worker: its channel is closed, every connection it
+// held is closed and its slots released (SPEC §2 item 7); it is respawned with
+// backoff once reaped.
+func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
+	now := time.Now()
+	if kill && w.proc != nil {
+		w.proc.Kill()
+	}
+	if w.state != workerDead {
+		d.scheduleRespawn(w, now)
+	}
+	if w.ch != nil {
+		d.del(w.ch.FD())
+		w.ch.Close()
+		w.ch = nil
+		w.outq = nil
+		w.wantOut = false
+		for _, c := range d.conns {
+			if c.worker == w {
+				cl := c.client
+				d.closeConn(c)
+				d.pump(cl, now)
+			}
+		}
+	}
+	d.pump(nil, now)
+}
+
+func (d *dispatcher) scheduleRespawn(w *workerProc, now time.Time) {
+	w.state = workerDead
+	if d.stopping {
+		return
+	}
+	switch {
+	case w.backoff == 0 || now.Sub(w.started) >= healthyUptime:
+		w.backoff = backoffMin
+	default:
+		w.backoff = min(2*w.backoff, backoffMax)
+	}
+	w.restarts++
+	w.retryAt = now.Add(w.backoff)
+}
+
+// checkReady closes the Ready channel once every worker is ready.
+func (d *dispatcher) checkReady() {
+	for _, w := range d.workers {
+		if w.state != workerReady {
+			return
+		}
+	}
+	d.s.once.Do(func() { close(d.s.ready) })
+}
+
+func layerSummary(layers []*proto.SandboxLayer) string {
+	s := ""
+	for i, l := range layers {
+		if i > 0 {
+			s += ","
+		}
+		mark := "+"
+		if !l.GetApplied() {
+			mark = "-"
+		}
+		s += mark + l.GetName()
+	}
+	return s
+}

@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+)
+
+// ErrBodyTooLarge is returned by a request body read past max_body_bytes.
+var ErrBodyTooLarge = errors.New("worker: request body too large")
+
+// ErrBodyTooSlow is returned by a request body read that fell behind the
+// minimum body rate.
+var ErrBodyTooSlow = errors.New("worker: request body below the minimum rate")
+
+// body is a request body: Content-Length or chunked framing over the
+// connection's reader, under the size cap and the minimum body rate. It sends
+// 100 Continue on the first read when the client asked for it.
+type body struct {
+	cs       *connServer
+	r        io.Reader // framed reader over cs.br
+	max      int64
+	n        int64 // bytes of body delivered
+	start    time.Time
+	expect   bool
+	err      error // sticky
+	complete bool
+}
+
+func newBody(cs *connServer, h *httphead.Head, max int64, start time.Time) *body {
+	b := &body{cs: cs, max: max, start: start, expect: h.Expect100}
+	switch {
+	case h.Chunked:
+		b.r = httphead.NewChunkedReader(cs.br, httphead.Limits{})
+	case h.ContentLength > 0:
+		b.r = io.LimitReader(cs.br, h.ContentLength)
+	default:
+		b.complete = true
+	}
+	return b
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.complete {
+		return 0, io.EOF
+	}
+	if b.expect {
+		b.expect = false
+		if !b.cs.continue100() {
+			b.err = io.ErrUnexpectedEOF
+			return 0, b.err
+		}
+	}
+	b.phase()
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.n > b.max {
+		b.err = ErrBodyTooLarge
+		return 0, b.err
+	}
+	switch {
+	case err == io.EOF:
+		b.complete = true
+	case err != nil:
+		if isTimeout(err) {
+			err = ErrBodyTooSlow
+		}
+		b.err = err
+	}
+	return n, err
+}
+
+// phase sets the read deadline to the moment the minimum body rate would be
+// violated (SPEC §3): the bytes so far cover bodyGrace + n/rate seconds.
+func (b *body) phase() {
+	start, n := b.start, b.n
+	b.cs.in.limit = func(now time.Time) time.Time {
+		rateLine := start.Add(bodyGrace + time.Duration(float64(n)/bodyMinRate*float64(time.Second)))
+		return earliest(rateLine, now.Add(bodyReadWait))
+	}
+}
+
+func (b *body) Close() error { return nil }
+
+// drain discards what the handler left unread, up to limit bytes. It reports
+// whether the body was consumed exactly, so the connection can be kept.
+func (b *body) drain(limit int64) bool {
+	if b.complete {
+		return true
+	}
+	if b.err != nil || b.expect {
+		// A client waiting for 100 Continue that never came may not send
+		// the body at all: the connection cannot be reused.
+		return false
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(b, limit+1))
+	return err == nil && n <= limit && b.complete
+}
+
+// continue100 writes the interim response before the first body byte is read.
+func (cs *connServer) continue100() bool {
+	if _, err := cs.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+		return false
+	}
+	return cs.bw.Flush() == nil
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+var _ io.ReadCloser = (*body)(nil)

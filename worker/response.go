@@ -1,0 +1,254 @@
+package worker
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+)
+
+// pendingMax is how much body a response buffers before its header is sent:
+// a handler that finishes within it gets a Content-Length, not chunking.
+const pendingMax = 4 << 10
+
+// response is the http.ResponseWriter of one round. It frames HTTP/1.1 with
+// Content-Length when the length is known, chunked otherwise (close-delimited
+// for an HTTP/1.0 client), and supports Flush.
+type response struct {
+	cs     *connServer
+	req    *http.Request
+	header http.Header
+	keep   bool // the connection stays open after this response
+
+	status      int
+	wroteHeader bool // WriteHeader was called (or implied)
+	headerSent  bool // the header is in the write buffer
+	pending     []byte
+	chunked     bool
+	declared    int64 // Content-Length sent, or -1
+	written     int64 // body bytes accepted from the handler
+	err         error // sticky write error
+}
+
+func newResponse(cs *connServer, req *http.Request, keep bool) *response {
+	return &response{cs: cs, req: req, header: make(http.Header), keep: keep, declared: -1}
+}
+
+func (r *response) Header() http.Header { return r.header }
+
+func (r *response) WriteHeader(code int) {
+	if r.wroteHeader {
+		r.cs.w.log.Warn("superfluous WriteHeader", "status", code)
+		return
+	}
+	if code < 200 || code > 999 {
+		// Informational responses other than our own 100 Continue are not
+		// forwarded; a status out of range is a handler bug.
+		if code >= 100 && code < 200 {
+			return
+		}
+		code = http.StatusInternalServerError
+	}
+	r.wroteHeader = true
+	r.status = code
+}
+
+func (r *response) bodyAllowed() bool {
+	return r.status != http.StatusNoContent && r.status != http.StatusNotModified && r.req.Method != http.MethodHead
+}
+
+func (r *response) Write(p []byte) (int, error) {
+	if !r.wroteHeader {
+		r.WriteHeader(http.StatusOK)
+	}
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.status == http.StatusNoContent || r.status == http.StatusNotModified {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if r.declared >= 0 && r.written+int64(len(p)) > r.declared {
+		return 0, http.ErrContentLength
+	}
+	r.written += int64(len(p))
+	if r.req.Method == http.MethodHead {
+		return len(p), nil
+	}
+	if !r.headerSent {
+		if len(r.pending)+len(p) <= pendingMax {
+			r.pending = append(r.pending, p...)
+			return len(p), nil
+		}
+		r.sendHeader(false)
+	}
+	return r.writeBody(p)
+}
+
+func (r *response) writeBody(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	bw := r.cs.bw
+	if r.chunked && len(p) > 0 {
+		fmt.Fprintf(bw, "%x\r\n", len(p))
+		bw.Write(p)
+		_, r.err = bw.WriteString("\r\n")
+	} else {
+		_, r.err = bw.Write(p)
+	}
+	if r.err != nil {
+		return 0, r.err
+	}
+	return len(p), nil
+}
+
+// Flush sends the header and everything written so far.
+func (r *response) Flush() {
+	if !r.wroteHeader {
+		r.WriteHeader(http.StatusOK)
+	}
+	if !r.headerSent {
+		r.sendHeader(false)
+	}
+	if r.err == nil {
+		r.err = r.cs.bw.Flush()
+	}
+}
+
+// finish completes the response after the handler returned.
+func (r *response) finish() error {
+	if !r.wroteHeader {
+		r.WriteHeader(http.StatusOK)
+	}
+	if !r.headerSent {
+		r.sendHeader(true)
+	}
+	if r.chunked && r.err == nil {
+		_, r.err = r.cs.bw.WriteString("0\r\n\r\n")
+	}
+	if r.err == nil {
+		r.err = r.cs.bw.Flush()
+	}
+	if r.declared >= 0 && r.written < r.declared && r.req.Method != http.MethodHead {
+		// The handler sent less than it declared: the framing is broken
+		// and the connection cannot carry another response.
+		r.keep = false
+		return fmt.Errorf("handler wrote %d of %d declared bytes", r.written, r.declared)
+	}
+	return r.err
+}
+
+// sendHeader decides the framing and writes the status line and fields.
+// final is true when the handler has returned, so pending is the whole body.
+func (r *response) sendHeader(final bool) {
+	r.headerSent = true
+	h := r.header
+	// Framing and connection management are the transport's, not the
+	// handler's (RFC 9112 §6, §9.6).
+	if strings.EqualFold(strings.TrimSpace(h.Get("Connection")), "close") {
+		r.keep = false
+	}
+	h.Del("Connection")
+	h.Del("Keep-Alive")
+	h.Del("Transfer-Encoding")
+	if cl := h.Get("Content-Length"); cl != "" {
+		n, err := strconv.ParseInt(cl, 10, 64)
+		if err != nil || n < 0 {
+			r.cs.w.log.Warn("dropping invalid Content-Length from handler", "value", cl)
+			h.Del("Content-Length")
+		} else {
+			r.declared = n
+		}
+	}
+	switch {
+	case !r.bodyAllowed() && r.req.Method != http.MethodHead:
+		h.Del("Content-Length")
+	case r.declared >= 0:
+	case final:
+		if r.req.Method != http.MethodHead || r.written > 0 {
+			r.declared = r.written
+			h.Set("Content-Length", strconv.FormatInt(r.written, 10))
+		}
+	case r.req.ProtoMajor == 1 && r.req.ProtoMinor >= 1:
+		r.chunked = true
+		h.Set("Transfer-Encoding", "chunked")
+	default:
+		// An HTTP/1.0 client reads to the end of the connection.
+		r.keep = false
+	}
+	if h.Get("Content-Type") == "" && len(r.pending) > 0 {
+		h.Set("Content-Type", http.DetectContentType(r.pending))
+	}
+	h.Set("X-Content-Type-Options", "nosniff")
+	if h.Get("Date") == "" {
+		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	}
+	if r.keep {
+		h.Set("Connection", "keep-alive")
+		h.Set("Keep-Alive", "timeout="+strconv.Itoa(int(r.cs.w.cfg.Limits.KeepAliveIdleTimeout/time.Second)))
+	} else {
+		h.Set("Connection", "close")
+	}
+	writeHead(r.cs, r.status, h)
+	pending := r.pending
+	r.pending = nil
+	if len(pending) > 0 {
+		r.writeBody(pending)
+	}
+}
+
+// writeHead writes a status line and header fields, dropping (and logging)
+// any field whose name or value is not valid on the wire.
+func writeHead(cs *connServer, status int, h http.Header) {
+	bw := cs.bw
+	text := http.StatusText(status)
+	if text == "" {
+		text = "Status"
+	}
+	bw.WriteString("HTTP/1.1 ")
+	bw.WriteString(strconv.Itoa(status))
+	bw.WriteByte(' ')
+	bw.WriteString(text)
+	bw.WriteString("\r\n")
+	for name, values := range h {
+		if !httphead.ValidFieldName(name) {
+			cs.w.log.Warn("dropping response header with an invalid name", "name", strconv.Quote(name))
+			continue
+		}
+		for _, v := range values {
+			if !httphead.ValidFieldValue(v) {
+				cs.w.log.Warn("dropping response header with an invalid value", "name", name)
+				continue
+			}
+			bw.WriteString(name)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	bw.WriteString("\r\n")
+}
+
+// writeError answers a transport-level error with a short text body and
+// Connection: close. head is nil when the request head never parsed.
+func (cs *connServer) writeError(status int, reason string, head *httphead.Head) {
+	body := strconv.Itoa(status) + " " + http.StatusText(status) + "\n"
+	h := http.Header{}
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Connection", "close")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+		h.Set("Retry-After", "5")
+	}
+	writeHead(cs, status, h)
+	if head == nil || head.Method != http.MethodHead {
+		cs.bw.WriteString(body)
+	}
+	cs.bw.Flush()
+	cs.w.log.Debug("transport error", "status", status, "reason", reason)
+}

@@ -1,0 +1,139 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+)
+
+// router picks the route with the longest matching prefix. A prefix matches
+// a path equal to it or continuing it at a "/" boundary, so "/healthz" does
+// not serve "/healthzX".
+type router struct {
+	routes []route // longest prefix first; immutable
+}
+
+type route struct {
+	prefix  string
+	handler http.Handler
+}
+
+func newRouter(cfg *config.Config, roots map[string]*os.Root) (*router, error) {
+	rt := &router{}
+	for _, r := range cfg.Routes {
+		var h http.Handler
+		switch {
+		case r.Static != nil:
+			root := roots[r.Static.Root]
+			if root == nil {
+				return nil, fmt.Errorf("route %q: document root %s was not opened before the sandbox", r.Prefix, r.Static.Root)
+			}
+			h = newStatic(r.Prefix, root, r.Static)
+		case r.Respond != nil:
+			h = newRespond(r.Respond)
+		default:
+			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
+		}
+		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h})
+	}
+	sort.SliceStable(rt.routes, func(i, j int) bool { return len(rt.routes[i].prefix) > len(rt.routes[j].prefix) })
+	return rt, nil
+}
+
+// knownMethods are the methods of RFC 9110 §9; any other is 501.
+var knownMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true,
+	"OPTIONS": true, "TRACE": true, "PATCH": true,
+}
+
+func (rt *router) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if !knownMethods[r.Method] {
+		http.Error(w, "method not implemented", http.StatusNotImplemented)
+		return
+	}
+	p := r.URL.Path
+	for _, rr := range rt.routes {
+		if matchPrefix(rr.prefix, p) {
+			rr.handler.ServeHTTP(w, r)
+			return
+		}
+	}
+	http.NotFound(w, r)
+}
+
+func matchPrefix(prefix, p string) bool {
+	if !strings.HasPrefix(p, prefix) {
+		return false
+	}
+	return len(p) == len(prefix) || strings.HasSuffix(prefix, "/") || p[len(prefix)] == '/'
+}
+
+// newStatic serves files under root with net/http's FileServer (Range,
+// If-Modified-Since, Last-Modified, Content-Type) with the route prefix
+// stripped. Directories without an index file are 404 unless listing is on.
+func newStatic(prefix string, root *os.Root, cfg *config.Static) http.Handler {
+	fsys := noListing{fs: root.FS(), listing: cfg.Listing}
+	fileServer := http.FileServer(http.FS(fsys))
+	strip := strings.TrimSuffix(prefix, "/")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		http.StripPrefix(strip, fileServer).ServeHTTP(w, r)
+	})
+}
+
+// noListing hides directories that have no index.html, so FileServer never
+// lists them.
+type noListing struct {
+	fs      fs.FS
+	listing bool
+}
+
+func (n noListing) Open(name string) (fs.File, error) {
+	f, err := n.fs.Open(name)
+	if err != nil || n.listing {
+		return f, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.IsDir() {
+		idx, err := n.fs.Open(path.Join(name, "index.html"))
+		if err != nil {
+			f.Close()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fs.ErrNotExist
+			}
+			return nil, err
+		}
+		idx.Close()
+	}
+	return f, nil
+}
+
+// newRespond answers every request with a fixed status and body.
+func newRespond(cfg *config.Respond) http.Handler {
+	body := []byte(cfg.Body)
+	ctype := cfg.ContentType
+	length := strconv.Itoa(len(body))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", ctype)
+		h.Set("Content-Length", length)
+		w.WriteHeader(cfg.Status)
+		w.Write(body)
+	})
+}

@@ -1,0 +1,146 @@
+// Package worker is gatehouse's unprivileged process. It receives readable
+// client connections from the supervisor over its channel (fd 3), serves one
+// request round on each (or the pipelined requests already buffered), and
+// hands every connection back. It holds no listener and dials nothing.
+package worker
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/hashicorp/go-hclog"
+)
+
+// channelFD is the descriptor the supervisor passes the channel as.
+const channelFD = 3
+
+// Worker serves the connections its supervisor dispatches.
+type Worker struct {
+	log   hclog.Logger
+	ch    *ipc.Stream
+	roots map[string]*os.Root // document roots opened before the sandbox closed; immutable
+
+	cfg    *config.Config // set once by Hello
+	router *router        // set once by Hello
+	id     uint32
+	conc   int
+
+	active   atomic.Int32
+	draining atomic.Bool
+	wg       sync.WaitGroup
+}
+
+// Main is the entry point of `gatehouse worker`. It returns the exit status.
+func Main(args []string) int {
+	log := hclog.New(&hclog.LoggerOptions{Name: "worker", JSONFormat: true, Output: os.Stderr, Level: hclog.Info})
+	var roots rootFlags
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.Var(&roots, "root", "document root to open read-only before sandboxing (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	w := &Worker{log: log, roots: make(map[string]*os.Root)}
+	for _, path := range roots {
+		r, err := os.OpenRoot(path)
+		if err != nil {
+			log.Error("opening document root", "root", path, "error", err)
+			return 1
+		}
+		w.roots[path] = r
+	}
+	ch, err := ipc.NewStream(os.NewFile(channelFD, "ipc"))
+	if err != nil {
+		log.Error("opening channel", "error", err)
+		return 1
+	}
+	w.ch = ch
+	if err := w.run(nil); err != nil {
+		log.Error("worker stopped", "error", err)
+		return 1
+	}
+	return 0
+}
+
+type rootFlags []string
+
+func (r *rootFlags) String() string     { return fmt.Sprint(*r) }
+func (r *rootFlags) Set(s string) error { *r = append(*r, s); return nil }
+
+// run reads frames until the channel closes or a drain completes. layers is
+// the sandbox report sent in Ready.
+func (w *Worker) run(layers []*proto.SandboxLayer) error {
+	var f proto.Frame
+	for {
+		f.Reset()
+		fd, err := w.ch.Recv(&f)
+		if errors.Is(err, ipc.ErrClosed) {
+			// The supervisor is gone: nothing to hand connections back to.
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch b := f.Body.(type) {
+		case *proto.Frame_Hello:
+			if w.cfg != nil {
+				return errors.New("second Hello")
+			}
+			if err := w.hello(b.Hello); err != nil {
+				return err
+			}
+			ready := &proto.Frame{Body: &proto.Frame_Ready{Ready: &proto.Ready{Pid: uint32(os.Getpid()), Layers: layers}}}
+			if err := w.ch.Send(ready, -1); err != nil {
+				return err
+			}
+		case *proto.Frame_Dispatch:
+			if w.cfg == nil || fd < 0 {
+				closeFD(fd)
+				return errors.New("Dispatch before Hello or without a descriptor")
+			}
+			if int(w.active.Load()) >= w.conc {
+				closeFD(fd)
+				return errors.New("Dispatch over the worker's concurrency")
+			}
+			w.active.Add(1)
+			w.wg.Add(1)
+			go w.serve(b.Dispatch, fd)
+		case *proto.Frame_Ping:
+			pong := &proto.Frame{Body: &proto.Frame_Pong{Pong: &proto.Pong{Seq: b.Ping.GetSeq(), Active: uint32(w.active.Load())}}}
+			if err := w.ch.Send(pong, -1); err != nil {
+				return err
+			}
+		case *proto.Frame_Drain:
+			// Finish the rounds in flight (their Done frames go out first),
+			// then exit.
+			w.draining.Store(true)
+			w.wg.Wait()
+			return nil
+		default:
+			closeFD(fd)
+			return fmt.Errorf("unexpected frame %T", f.Body)
+		}
+	}
+}
+
+// hello applies the supervisor's configuration.
+func (w *Worker) hello(h *proto.Hello) error {
+	cfg, err := config.Parse(h.GetConfig(), h.GetConfigName(), config.ParseOptions{BaseDir: h.GetBaseDir(), SkipFSChecks: true})
+	if err != nil {
+		return fmt.Errorf("parsing configuration from Hello: %w", err)
+	}
+	rt, err := newRouter(cfg, w.roots)
+	if err != nil {
+		return err
+	}
+	w.cfg, w.router, w.id = cfg, rt, h.GetWorkerId()
+	w.conc = max(1, int(h.GetConcurrency()))
+	w.log = w.log.With("worker", w.id)
+	return nil
+}
