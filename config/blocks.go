@@ -1,0 +1,283 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// The file's shape (SPEC §8). HCL itself rejects any attribute or block not
+// named here, with a "Did you mean" hint.
+var (
+	rootSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "trusted_proxies"},
+			{Name: "ipv6_client_prefix_length"},
+			{Name: "user"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{
+			{Type: "listener", LabelNames: []string{"name"}},
+			{Type: "workers"},
+			{Type: "limits"},
+			{Type: "route", LabelNames: []string{"prefix"}},
+			{Type: "admin"},
+			{Type: "sandbox"},
+			{Type: "log"},
+		},
+	}
+	listenerSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}},
+	}
+	workersSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}},
+	}
+	limitsSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "first_byte_timeout"},
+			{Name: "keep_alive_idle_timeout"},
+			{Name: "keep_alive_max_connections"},
+			{Name: "max_connections_per_client"},
+			{Name: "max_queued_connections"},
+			{Name: "max_body_bytes"},
+			{Name: "no_worker_timeout"},
+			{Name: "write_timeout"},
+			{Name: "shutdown_grace"},
+			{Name: "ipc_max_in_flight_requests"},
+		},
+	}
+	routeSchema = &hcl.BodySchema{
+		Blocks: []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}},
+	}
+	staticSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "root", Required: true},
+			{Name: "index"},
+			{Name: "listing"},
+		},
+	}
+	respondSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "status"},
+			{Name: "body"},
+			{Name: "content_type"},
+		},
+	}
+	adminSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "socket"}},
+	}
+	sandboxSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "mode"}},
+	}
+	logSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "format"}, {Name: "level"}},
+	}
+)
+
+// maxSocketPath is the longest admin socket path accepted: sun_path is 104
+// bytes on OpenBSD (108 on Linux), including the terminating NUL.
+const maxSocketPath = 103
+
+func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
+	content, diags := body.Content(rootSchema)
+	d.add(diags)
+
+	intAttr(d, content.Attributes, "ipv6_client_prefix_length", "ipv6_client_prefix_length", 1, 128, &cfg.IPv6ClientPrefixLength)
+	d.trustedProxies(content.Attributes, cfg)
+	if s, rng, ok := stringAttr(d, content.Attributes, "user", "user"); ok {
+		if s == "" || strings.ContainsAny(s, " :/") || hasCTL(s) {
+			d.errorf(rng, "Invalid value", "user must be an account name, got %q.", s)
+		} else {
+			cfg.User = s
+		}
+	}
+
+	blocks := content.Blocks.ByType()
+	names, addrs := map[string]hcl.Range{}, map[netip.AddrPort]string{}
+	for _, b := range blocks["listener"] {
+		d.listener(b, cfg, names, addrs)
+	}
+	if len(blocks["listener"]) == 0 {
+		d.errorf(body.MissingItemRange(), "Missing listener block",
+			`At least one listener block is required, such as: listener "http" { address = "127.0.0.1:8080" }.`)
+	}
+	if b := d.single(blocks, "workers"); b != nil {
+		d.workers(b, &cfg.Workers)
+	}
+	if b := d.single(blocks, "limits"); b != nil {
+		d.limits(b, &cfg.Limits)
+	}
+	prefixes := map[string]hcl.Range{}
+	for _, b := range blocks["route"] {
+		d.route(b, cfg, prefixes, opt)
+	}
+	if len(blocks["route"]) == 0 {
+		d.errorf(body.MissingItemRange(), "Missing route block",
+			`At least one route block is required, such as: route "/" { static { root = "www" } }.`)
+	}
+	if b := d.single(blocks, "admin"); b != nil {
+		d.admin(b, &cfg.Admin, cfg.BaseDir)
+	}
+	if b := d.single(blocks, "sandbox"); b != nil {
+		attrs := d.attrs(b, sandboxSchema)
+		enumAttr(d, attrs, "mode", "sandbox.mode", []string{"strict", "best-effort"}, &cfg.Sandbox.Mode)
+	}
+	if b := d.single(blocks, "log"); b != nil {
+		attrs := d.attrs(b, logSchema)
+		enumAttr(d, attrs, "format", "log.format", []string{"text", "json"}, &cfg.Log.Format)
+		enumAttr(d, attrs, "level", "log.level", []string{"trace", "debug", "info", "warn", "error"}, &cfg.Log.Level)
+	}
+}
+
+// single returns the one block of type typ, or nil if there is none. Every
+// further block of that type is an error.
+func (d *decoder) single(blocks map[string]hcl.Blocks, typ string) *hcl.Block {
+	bs := blocks[typ]
+	if len(bs) == 0 {
+		return nil
+	}
+	for _, b := range bs[1:] {
+		d.errorf(b.DefRange, "Duplicate "+typ+" block",
+			"Only one %s block is allowed; the first is at %s.", typ, bs[0].DefRange)
+	}
+	return bs[0]
+}
+
+// attrs returns the attributes of b's body, checked against schema.
+func (d *decoder) attrs(b *hcl.Block, schema *hcl.BodySchema) hcl.Attributes {
+	content, diags := b.Body.Content(schema)
+	d.add(diags)
+	return content.Attributes
+}
+
+func (d *decoder) trustedProxies(attrs hcl.Attributes, cfg *Config) {
+	ss, rngs := stringListAttr(d, attrs, "trusted_proxies", "trusted_proxies")
+	for i, s := range ss {
+		p, err := parsePrefix(s)
+		if err != nil {
+			d.errorf(rngs[i], "Invalid value", "trusted_proxies: %s.", err)
+			continue
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, p)
+	}
+}
+
+// parsePrefix parses a CIDR prefix or a bare address, which stands for the
+// single-address prefix (/32 or /128). Host bits are masked off, so
+// "10.1.2.3/8" is 10.0.0.0/8.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "%") {
+		return netip.Prefix{}, fmt.Errorf("%q has a zone; write the address without it", s)
+	}
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix such as \"10.0.0.0/8\"", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix such as \"10.0.0.0/8\"", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// listener decodes one listener block. names and addrs hold the names and
+// addresses of earlier listener blocks, valid or not, and where they are.
+func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range, addrs map[netip.AddrPort]string) {
+	name := b.Labels[0]
+	ok := true
+	if name == "" || hasCTL(name) {
+		d.errorf(b.LabelRanges[0], "Invalid listener name", "A listener name must be non-empty and printable, got %q.", name)
+		ok = false
+	}
+	if first, dup := names[name]; dup {
+		d.errorf(b.LabelRanges[0], "Duplicate listener name", "A listener named %q is already defined at %s.", name, first)
+		ok = false
+	} else {
+		names[name] = b.DefRange
+	}
+	attrs := d.attrs(b, listenerSchema)
+	qname := fmt.Sprintf("listener %q: address", name)
+	s, rng, found := stringAttr(d, attrs, "address", qname)
+	if !found {
+		return
+	}
+	ap, err := parseAddrPort(s)
+	if err != nil {
+		d.errorf(rng, "Invalid listener address", "%s: %s.", qname, err)
+		return
+	}
+	// Port 0 asks the kernel for a free port, so two such listeners on one
+	// address do not collide.
+	if other, dup := addrs[ap]; dup && ap.Port() != 0 {
+		d.errorf(rng, "Duplicate listener address", "%s: listener %q already listens on %s.", qname, other, ap)
+		return
+	}
+	addrs[ap] = name
+	if ok {
+		cfg.Listeners = append(cfg.Listeners, Listener{Name: name, Address: ap})
+	}
+}
+
+// parseAddrPort parses "IP:PORT" or "[IPv6]:PORT". Host names are refused:
+// the supervisor binds before it could sensibly resolve them.
+func parseAddrPort(s string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if err == nil {
+		return ap, nil
+	}
+	host, _, serr := net.SplitHostPort(s)
+	switch {
+	case serr != nil:
+		return netip.AddrPort{}, fmt.Errorf("%q is not IP:PORT, such as \"127.0.0.1:8080\" or \"[::1]:8080\"", s)
+	case host == "":
+		return netip.AddrPort{}, fmt.Errorf("%q has no IP address; write \"0.0.0.0:PORT\" or \"[::]:PORT\" to listen on every address", s)
+	}
+	if _, aerr := netip.ParseAddr(host); aerr != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: an IP literal is required, not the host name %q; write \"127.0.0.1:PORT\" or \"[::1]:PORT\"", s, host)
+	}
+	return netip.AddrPort{}, fmt.Errorf("%q has an invalid port; use 0..65535", s)
+}
+
+func (d *decoder) workers(b *hcl.Block, w *Workers) {
+	attrs := d.attrs(b, workersSchema)
+	intAttr(d, attrs, "count", "workers.count", 1, 256, &w.Count)
+	intAttr(d, attrs, "concurrency", "workers.concurrency", 1, 1024, &w.Concurrency)
+}
+
+func (d *decoder) limits(b *hcl.Block, l *Limits) {
+	attrs := d.attrs(b, limitsSchema)
+	durationAttr(d, attrs, "first_byte_timeout", "limits.first_byte_timeout", time.Second, 60*time.Second, &l.FirstByteTimeout)
+	durationAttr(d, attrs, "keep_alive_idle_timeout", "limits.keep_alive_idle_timeout", time.Second, 300*time.Second, &l.KeepAliveIdleTimeout)
+	intAttr(d, attrs, "keep_alive_max_connections", "limits.keep_alive_max_connections", 1, 1_000_000, &l.KeepAliveMaxConnections)
+	intAttr(d, attrs, "max_connections_per_client", "limits.max_connections_per_client", 1, 65535, &l.MaxConnectionsPerClient)
+	intAttr(d, attrs, "max_queued_connections", "limits.max_queued_connections", 0, 1_000_000, &l.MaxQueuedConnections)
+	intAttr(d, attrs, "max_body_bytes", "limits.max_body_bytes", 0, 1<<40, &l.MaxBodyBytes)
+	durationAttr(d, attrs, "no_worker_timeout", "limits.no_worker_timeout", time.Second, 60*time.Second, &l.NoWorkerTimeout)
+	durationAttr(d, attrs, "write_timeout", "limits.write_timeout", time.Second, 600*time.Second, &l.WriteTimeout)
+	durationAttr(d, attrs, "shutdown_grace", "limits.shutdown_grace", 0, 600*time.Second, &l.ShutdownGrace)
+	intAttr(d, attrs, "ipc_max_in_flight_requests", "limits.ipc_max_in_flight_requests", 1, 65536, &l.IPCMaxInFlightRequests)
+}
+
+func (d *decoder) admin(b *hcl.Block, a *Admin, base string) {
+	attrs := d.attrs(b, adminSchema)
+	s, rng, ok := stringAttr(d, attrs, "socket", "admin.socket")
+	if !ok {
+		return
+	}
+	if s == "" || strings.ContainsRune(s, 0) {
+		d.errorf(rng, "Invalid value", "admin.socket must be a file path, got %q; leave the admin block out for no admin socket.", s)
+		return
+	}
+	p := resolve(base, s)
+	if len(p) > maxSocketPath {
+		d.errorf(rng, "Invalid value", "admin.socket %q is %d bytes long; a Unix socket path may be at most %d.", p, len(p), maxSocketPath)
+		return
+	}
+	a.Socket = p
+}

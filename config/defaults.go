@@ -1,0 +1,69 @@
+package config
+
+import (
+	_ "embed"
+	"time"
+)
+
+// Defaults for every key the file may leave out (SPEC §7).
+const (
+	DefaultWorkerCount             = 4
+	DefaultWorkerConcurrency       = 8
+	DefaultFirstByteTimeout        = 5 * time.Second
+	DefaultKeepAliveIdleTimeout    = 15 * time.Second
+	DefaultKeepAliveMaxConnections = 10000
+	DefaultMaxConnectionsPerClient = 256
+	DefaultMaxQueuedConnections    = 1024
+	DefaultMaxBodyBytes            = 1 << 20
+	DefaultNoWorkerTimeout         = 5 * time.Second
+	DefaultWriteTimeout            = 30 * time.Second
+	DefaultShutdownGrace           = 10 * time.Second
+	DefaultIPCMaxInFlightRequests  = 256
+	DefaultIPv6ClientPrefixLength  = 64
+
+	defaultIndex       = "index.html"
+	defaultStatus      = 200
+	defaultContentType = "text/plain; charset=utf-8"
+)
+
+// defaultSource is the built-in configuration Default parses.
+//
+//go:embed default.hcl
+var defaultSource []byte
+
+// DefaultFilename is the Filename of the Config Default returns.
+const DefaultFilename = "default.hcl"
+
+// Default returns the built-in configuration: listener "http" on
+// 127.0.0.1:8080, route "/" serving the static root "examples/www" and route
+// "/healthz" answering 200 "ok\n". Relative paths resolve against the current
+// working directory, which is not checked: the root may not exist there.
+// Its Source holds the built-in text, so workers re-parse it like any file.
+func Default() (*Config, error) {
+	return Parse(defaultSource, DefaultFilename, ParseOptions{SkipFSChecks: true})
+}
+
+// defaults returns a Config holding the default of every key.
+func defaults() Config {
+	return Config{
+		Workers: Workers{
+			Count:       DefaultWorkerCount,
+			Concurrency: DefaultWorkerConcurrency,
+		},
+		Limits: Limits{
+			FirstByteTimeout:        DefaultFirstByteTimeout,
+			KeepAliveIdleTimeout:    DefaultKeepAliveIdleTimeout,
+			KeepAliveMaxConnections: DefaultKeepAliveMaxConnections,
+			MaxConnectionsPerClient: DefaultMaxConnectionsPerClient,
+			MaxQueuedConnections:    DefaultMaxQueuedConnections,
+			MaxBodyBytes:            DefaultMaxBodyBytes,
+			NoWorkerTimeout:         DefaultNoWorkerTimeout,
+			WriteTimeout:            DefaultWriteTimeout,
+			ShutdownGrace:           DefaultShutdownGrace,
+			IPCMaxInFlightRequests:  DefaultIPCMaxInFlightRequests,
+		},
+		Sandbox:                Sandbox{Mode: "strict"},
+		Log:                    Log{Format: "text", Level: "info"},
+		IPv6ClientPrefixLength: DefaultIPv6ClientPrefixLength,
+	}
+}

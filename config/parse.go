@@ -1,0 +1,83 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+)
+
+// ParseOptions says how Parse resolves and checks paths.
+type ParseOptions struct {
+	// BaseDir is the directory relative paths in the file are resolved
+	// against; "" means the current working directory, and a relative
+	// BaseDir is made absolute first.
+	BaseDir string
+	// SkipFSChecks skips the checks that need the file system (a static root
+	// exists and is a directory). A sandboxed worker, which cannot see the
+	// supervisor's file system, sets it when re-parsing Config.Source.
+	SkipFSChecks bool
+}
+
+// Load reads and parses the file at path. Relative paths in it resolve
+// against the current working directory, and every static root must exist
+// and be a directory. Problems in the file are returned as an *Error.
+func Load(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return Parse(src, path, ParseOptions{})
+}
+
+// Parse parses src as if read from filename, which appears in every error
+// message. It returns a fresh Config with every default filled, or an *Error
+// listing every problem found.
+func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
+	base, err := baseDir(opt.BaseDir)
+	if err != nil {
+		return nil, err
+	}
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		// Stop at syntax errors: the partial body they leave would only
+		// add confusing follow-on errors.
+		return nil, newError(diags, file)
+	}
+	cfg := defaults()
+	cfg.Source = bytes.Clone(src)
+	cfg.Filename = filename
+	cfg.BaseDir = base
+	d := &decoder{diags: diags}
+	d.root(file.Body, &cfg, opt)
+	if d.diags.HasErrors() {
+		return nil, newError(d.diags, file)
+	}
+	return &cfg, nil
+}
+
+func baseDir(dir string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("config: resolving base directory: %w", err)
+		}
+		return wd, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("config: resolving base directory: %w", err)
+	}
+	return abs, nil
+}
+
+// resolve makes p absolute against base and cleans it.
+func resolve(base, p string) string {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(base, p)
+	}
+	return filepath.Clean(p)
+}

@@ -1,0 +1,132 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"mime"
+	"os"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// route decodes one route block; prefixes maps the prefixes of earlier route
+// blocks to where they are.
+func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range, opt ParseOptions) {
+	prefix := b.Labels[0]
+	r := Route{Prefix: prefix}
+	ok := true
+	switch {
+	case !strings.HasPrefix(prefix, "/"):
+		d.errorf(b.LabelRanges[0], "Invalid route prefix", "A route prefix must start with \"/\", got %q.", prefix)
+		ok = false
+	case strings.ContainsAny(prefix, " \t?#") || hasCTL(prefix):
+		d.errorf(b.LabelRanges[0], "Invalid route prefix",
+			"A route prefix is a URL path and may not hold spaces, control characters, \"?\" or \"#\", got %q.", prefix)
+		ok = false
+	}
+	if first, dup := prefixes[prefix]; dup {
+		d.errorf(b.LabelRanges[0], "Duplicate route", "Route %q is already defined at %s.", prefix, first)
+		ok = false
+	} else {
+		prefixes[prefix] = b.DefRange
+	}
+
+	content, diags := b.Body.Content(routeSchema)
+	d.add(diags)
+	name := fmt.Sprintf("route %q", prefix)
+	handlers := content.Blocks
+	if len(handlers) == 0 {
+		d.errorf(b.DefRange, "Missing route handler", "%s needs one static or respond block.", name)
+		return
+	}
+	for _, h := range handlers[1:] {
+		d.errorf(h.DefRange, "Duplicate route handler",
+			"%s already has a %s block at %s; a route has exactly one static or respond block.", name, handlers[0].Type, handlers[0].DefRange)
+	}
+	switch h := handlers[0]; h.Type {
+	case "static":
+		r.Static = d.static(h, name, cfg.BaseDir, opt)
+	case "respond":
+		r.Respond = d.respond(h, name)
+	}
+	if ok && len(handlers) == 1 && (r.Static != nil || r.Respond != nil) {
+		cfg.Routes = append(cfg.Routes, r)
+	}
+}
+
+func (d *decoder) static(b *hcl.Block, route, base string, opt ParseOptions) *Static {
+	attrs := d.attrs(b, staticSchema)
+	s := &Static{Index: defaultIndex}
+	ok := true
+	root, rng, found := stringAttr(d, attrs, "root", route+": static.root")
+	switch {
+	case !found:
+		ok = false // missing (HCL reported it) or not a string
+	case root == "" || strings.ContainsRune(root, 0):
+		d.errorf(rng, "Invalid value", "%s: static.root must be a directory path, got %q.", route, root)
+		ok = false
+	default:
+		s.Root = resolve(base, root)
+		if !opt.SkipFSChecks {
+			if err := checkDir(s.Root); err != nil {
+				d.errorf(rng, "Invalid static root", "%s: static.root %s.", route, err)
+				ok = false
+			}
+		}
+	}
+	if index, rng, found := stringAttr(d, attrs, "index", route+": static.index"); found {
+		if index == "" || index == "." || index == ".." || strings.ContainsAny(index, "/\\") || hasCTL(index) {
+			d.errorf(rng, "Invalid value", "%s: static.index must be a file name without \"/\", got %q.", route, index)
+			ok = false
+		} else {
+			s.Index = index
+		}
+	}
+	boolAttr(d, attrs, "listing", route+": static.listing", &s.Listing)
+	if !ok {
+		return nil
+	}
+	return s
+}
+
+// checkDir returns an error phrased to follow a path if dir is not an
+// existing directory.
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("%q: %v", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%q is not a directory", dir)
+	}
+	return nil
+}
+
+func (d *decoder) respond(b *hcl.Block, route string) *Respond {
+	attrs := d.attrs(b, respondSchema)
+	r := &Respond{Status: defaultStatus, ContentType: defaultContentType}
+	ok := true
+	intAttr(d, attrs, "status", route+": respond.status", 200, 599, &r.Status)
+	if body, _, found := stringAttr(d, attrs, "body", route+": respond.body"); found {
+		r.Body = body
+	}
+	if ct, rng, found := stringAttr(d, attrs, "content_type", route+": respond.content_type"); found {
+		// It becomes a header line, so it must not smuggle CR or LF.
+		if _, _, err := mime.ParseMediaType(ct); err != nil || hasCTL(ct) {
+			d.errorf(rng, "Invalid value", "%s: respond.content_type must be a media type such as \"text/plain; charset=utf-8\", got %q.", route, ct)
+			ok = false
+		} else {
+			r.ContentType = ct
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return r
+}
