@@ -84,6 +84,67 @@ func (Disposition) EnumDescriptor() ([]byte, []int) {
 	return file_gatehouse_proto_rawDescGZIP(), []int{0}
 }
 
+// Outcome is how a round ended.
+type Outcome int32
+
+const (
+	// OK: every request read was answered.
+	Outcome_OK Outcome = 0
+	// PEER_CLOSED: the peer closed before sending a request.
+	Outcome_PEER_CLOSED Outcome = 1
+	// PEER_RESET: the peer reset or failed mid-round.
+	Outcome_PEER_RESET Outcome = 2
+	// TIMEOUT: a head, body or write deadline expired.
+	Outcome_TIMEOUT Outcome = 3
+	// BAD_REQUEST: the request was refused as malformed or over a limit.
+	Outcome_BAD_REQUEST Outcome = 4
+)
+
+// Enum value maps for Outcome.
+var (
+	Outcome_name = map[int32]string{
+		0: "OK",
+		1: "PEER_CLOSED",
+		2: "PEER_RESET",
+		3: "TIMEOUT",
+		4: "BAD_REQUEST",
+	}
+	Outcome_value = map[string]int32{
+		"OK":          0,
+		"PEER_CLOSED": 1,
+		"PEER_RESET":  2,
+		"TIMEOUT":     3,
+		"BAD_REQUEST": 4,
+	}
+)
+
+func (x Outcome) Enum() *Outcome {
+	p := new(Outcome)
+	*p = x
+	return p
+}
+
+func (x Outcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Outcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_gatehouse_proto_enumTypes[1].Descriptor()
+}
+
+func (Outcome) Type() protoreflect.EnumType {
+	return &file_gatehouse_proto_enumTypes[1]
+}
+
+func (x Outcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Outcome.Descriptor instead.
+func (Outcome) EnumDescriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+}
+
 // Frame is the only message on the channel.
 type Frame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -564,7 +625,9 @@ type Done struct {
 	// requests is the connection's total count of requests served so far.
 	Requests uint32 `protobuf:"varint,4,opt,name=requests,proto3" json:"requests,omitempty"`
 	// kept is true when the worker kept its descriptor (affinity).
-	Kept          bool `protobuf:"varint,5,opt,name=kept,proto3" json:"kept,omitempty"`
+	Kept bool `protobuf:"varint,5,opt,name=kept,proto3" json:"kept,omitempty"`
+	// outcome says how the round ended, for the supervisor's counters.
+	Outcome       Outcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=gatehouse.v1.Outcome" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,6 +695,13 @@ func (x *Done) GetKept() bool {
 		return x.Kept
 	}
 	return false
+}
+
+func (x *Done) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OK
 }
 
 type Ping struct {
@@ -805,13 +875,14 @@ const file_gatehouse_proto_rawDesc = "" +
 	"client_key\x18\x05 \x01(\tR\tclientKey\x12\x18\n" +
 	"\acarried\x18\x06 \x01(\fR\acarried\x12\x1a\n" +
 	"\brequests\x18\a \x01(\rR\brequests\x12,\n" +
-	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\"\xa6\x01\n" +
+	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\"\xd7\x01\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +
 	"\acarried\x18\x03 \x01(\fR\acarried\x12\x1a\n" +
 	"\brequests\x18\x04 \x01(\rR\brequests\x12\x12\n" +
-	"\x04kept\x18\x05 \x01(\bR\x04kept\"\x18\n" +
+	"\x04kept\x18\x05 \x01(\bR\x04kept\x12/\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x15.gatehouse.v1.OutcomeR\aoutcome\"\x18\n" +
 	"\x04Ping\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"0\n" +
 	"\x04Pong\x12\x10\n" +
@@ -824,7 +895,14 @@ const file_gatehouse_proto_rawDesc = "" +
 	"KEEP_ALIVE\x10\x01\x12\t\n" +
 	"\x05CLOSE\x10\x02\x12\n" +
 	"\n" +
-	"\x06LINGER\x10\x03B0Z.github.com/gatehouse-dev/gatehouse/proto;protob\x06proto3"
+	"\x06LINGER\x10\x03*P\n" +
+	"\aOutcome\x12\x06\n" +
+	"\x02OK\x10\x00\x12\x0f\n" +
+	"\vPEER_CLOSED\x10\x01\x12\x0e\n" +
+	"\n" +
+	"PEER_RESET\x10\x02\x12\v\n" +
+	"\aTIMEOUT\x10\x03\x12\x0f\n" +
+	"\vBAD_REQUEST\x10\x04B0Z.github.com/gatehouse-dev/gatehouse/proto;protob\x06proto3"
 
 var (
 	file_gatehouse_proto_rawDescOnce sync.Once
@@ -838,35 +916,37 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 	return file_gatehouse_proto_rawDescData
 }
 
-var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),     // 0: gatehouse.v1.Disposition
-	(*Frame)(nil),        // 1: gatehouse.v1.Frame
-	(*Hello)(nil),        // 2: gatehouse.v1.Hello
-	(*SandboxLayer)(nil), // 3: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),        // 4: gatehouse.v1.Ready
-	(*Dispatch)(nil),     // 5: gatehouse.v1.Dispatch
-	(*Done)(nil),         // 6: gatehouse.v1.Done
-	(*Ping)(nil),         // 7: gatehouse.v1.Ping
-	(*Pong)(nil),         // 8: gatehouse.v1.Pong
-	(*Drain)(nil),        // 9: gatehouse.v1.Drain
+	(Outcome)(0),         // 1: gatehouse.v1.Outcome
+	(*Frame)(nil),        // 2: gatehouse.v1.Frame
+	(*Hello)(nil),        // 3: gatehouse.v1.Hello
+	(*SandboxLayer)(nil), // 4: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),        // 5: gatehouse.v1.Ready
+	(*Dispatch)(nil),     // 6: gatehouse.v1.Dispatch
+	(*Done)(nil),         // 7: gatehouse.v1.Done
+	(*Ping)(nil),         // 8: gatehouse.v1.Ping
+	(*Pong)(nil),         // 9: gatehouse.v1.Pong
+	(*Drain)(nil),        // 10: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	2, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	4, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	5, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	6, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	7, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	8, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	9, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
-	3, // 7: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0, // 8: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	3,  // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	5,  // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	6,  // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	7,  // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	8,  // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	9,  // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	10, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	4,  // 7: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 8: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	1,  // 9: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -888,7 +968,7 @@ func file_gatehouse_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,

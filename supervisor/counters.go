@@ -1,6 +1,9 @@
 package supervisor
 
 import (
+	"strings"
+
+	"github.com/gatehouse-dev/gatehouse/proto"
 	"net/netip"
 	"sort"
 	"syscall"
@@ -32,6 +35,7 @@ type counters struct {
 	workerDeaths         uint64
 	workerDeathsBySignal map[syscall.Signal]uint64
 	workerKills          uint64
+	outcomes             [5]uint64 // by proto.Outcome
 }
 
 // Snapshot is a copy of the dispatcher's state at one moment.
@@ -101,6 +105,9 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"refused_per_client": d.c.refused[refusedPerClient],
 			"refused_queued":     d.c.refused[refusedQueued],
 		},
+	}
+	for i, n := range d.c.outcomes {
+		s.Counters["round_"+strings.ToLower(proto.Outcome(i).String())] = n
 	}
 	for _, l := range d.listeners {
 		s.Listeners = append(s.Listeners, l.addr)

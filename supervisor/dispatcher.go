@@ -638,10 +638,10 @@ func (d *dispatcher) closeConn(c *conn) {
 	if c.qlist != nil {
 		c.qlist.remove(c)
 	}
-	switch c.state {
-	case stateIdle:
+	if c.state == stateIdle {
 		d.idle--
-	case stateAtWorker:
+	}
+	if c.worker != nil {
 		d.release(c)
 	}
 	if c.fresh {

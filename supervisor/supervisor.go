@@ -33,8 +33,6 @@ type Options struct {
 	WorkerPath string
 	// WorkerArgs are its arguments. Default: ["worker"].
 	WorkerArgs []string
-	// BaseDir resolves relative paths in the configuration. Default: the working directory.
-	BaseDir string
 }
 
 // Supervisor runs gatehouse. Create it with New, then call Run once.
@@ -67,13 +65,6 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 			return nil, fmt.Errorf("finding own executable: %w", err)
 		}
 		opts.WorkerPath = exe
-	}
-	if opts.BaseDir == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, fmt.Errorf("finding working directory: %w", err)
-		}
-		opts.BaseDir = wd
 	}
 	args := append([]string(nil), opts.WorkerArgs...)
 	if opts.WorkerArgs == nil {

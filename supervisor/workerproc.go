@@ -152,7 +152,7 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64) {
 
 func unixSignalName(sig syscall.Signal) string {
 	name := sig.String()
-	return fmt.Sprintf("%s (signal %d)", name, int(sig))
+	return fmt.Sprintf("signal %d (%s)", int(sig), name)
 }
 
 // relayLog re-emits a worker's hclog JSON lines through the supervisor's

@@ -57,7 +57,7 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		Config:      d.cfg.Source,
 		ConfigName:  d.cfg.Filename,
 		Concurrency: uint32(d.cfg.Workers.Concurrency),
-		BaseDir:     d.s.opts.BaseDir,
+		BaseDir:     d.cfg.BaseDir,
 	}}}, -1)
 }
 
@@ -161,6 +161,9 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	case len(m.GetCarried()) > ipc.MaxCarried:
 		d.killWorker(w, "Done carries more than the carried-bytes cap")
 		return false
+	case m.GetOutcome() < 0 || int(m.GetOutcome()) >= len(d.c.outcomes):
+		d.killWorker(w, "Done with an unknown outcome")
+		return false
 	case m.GetRequests() < c.requests:
 		d.killWorker(w, "Done lowers the request count")
 		return false
@@ -172,6 +175,10 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	if c.fresh && c.requests > 0 {
 		c.fresh = false
 		d.queued--
+	}
+	d.c.outcomes[m.GetOutcome()]++
+	if m.GetOutcome() == proto.Outcome_PEER_RESET {
+		d.logLimited("peer-reset", "client reset a connection mid-round")
 	}
 	d.release(c)
 	d.pump(c.client, now)

@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
@@ -108,6 +109,22 @@ func (cs *connServer) continue100() bool {
 		return false
 	}
 	return cs.bw.Flush() == nil
+}
+
+// bodyErrorStatus maps a body read error the transport caused to its status,
+// or 0 for any other error.
+func bodyErrorStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrBodyTooSlow):
+		return http.StatusRequestTimeout
+	case errors.Is(err, ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge
+	}
+	var he *httphead.Error
+	if errors.As(err, &he) {
+		return he.Status
+	}
+	return 0
 }
 
 func isTimeout(err error) bool {

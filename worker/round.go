@@ -36,8 +36,8 @@ const (
 	pipelineRounds = 8
 	// drainMax bounds the unread request body discarded to keep a
 	// connection alive; a larger remainder closes it instead.
-	drainMax = 256 << 10
-	readBufSize = 16 << 10
+	drainMax     = 256 << 10
+	readBufSize  = 16 << 10
 	writeBufSize = 8 << 10
 )
 
@@ -51,6 +51,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	defer w.wg.Done()
 	defer w.active.Add(-1)
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
+	outcome := proto.Outcome_PEER_RESET
 	f := os.NewFile(uintptr(fd), "conn")
 	nc, err := net.FileConn(f)
 	f.Close() // FileConn holds its own duplicate
@@ -59,6 +60,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	} else {
 		cs := newConnServer(w, nc, d)
 		disp, carried, requests = cs.serve()
+		outcome = cs.outcome
 		cs.release()
 		if disp == proto.Disposition_LINGER {
 			if tc, ok := nc.(*net.TCPConn); ok {
@@ -72,6 +74,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	done := &proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
 		ConnId:      d.GetConnId(),
 		Disposition: disp,
+		Outcome:     outcome,
 		Carried:     carried,
 		Requests:    requests,
 	}}}
@@ -88,6 +91,7 @@ type connServer struct {
 	accepted time.Time
 	requests uint32
 
+	outcome proto.Outcome // how the last round ended
 	carried *bytes.Reader
 	in      *deadlineReader
 	br      *bufio.Reader
@@ -200,7 +204,21 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 
 	rw := newResponse(cs, req, keep)
 	cs.w.router.serveHTTP(rw, req)
+	if status := bodyErrorStatus(body.err); status != 0 && !rw.headerSent {
+		// The handler stopped on a body the transport refused; its answer
+		// is replaced by the transport's, which closes the connection.
+		cs.outcome = proto.Outcome_BAD_REQUEST
+		if status == http.StatusRequestTimeout {
+			cs.outcome = proto.Outcome_TIMEOUT
+		}
+		cs.writeError(status, body.err.Error(), head)
+		return false, proto.Disposition_LINGER
+	}
 	if err := rw.finish(); err != nil {
+		cs.outcome = proto.Outcome_PEER_RESET
+		if isTimeout(err) {
+			cs.outcome = proto.Outcome_TIMEOUT
+		}
 		return false, proto.Disposition_CLOSE
 	}
 	if !rw.keep {
@@ -209,6 +227,9 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	// The body is drained exactly before the next round, or the
 	// connection closes (SPEC §3, keep-alive).
 	if head.HasBody() && !body.drain(drainMax) {
+		if errors.Is(body.err, ErrBodyTooSlow) {
+			cs.outcome = proto.Outcome_TIMEOUT
+		}
 		return false, proto.Disposition_LINGER
 	}
 	return true, proto.Disposition_KEEP_ALIVE
@@ -220,14 +241,18 @@ func (cs *connServer) headError(err error) proto.Disposition {
 	var ne net.Error
 	switch {
 	case errors.Is(err, io.EOF):
+		cs.outcome = proto.Outcome_PEER_CLOSED
 		return proto.Disposition_CLOSE
 	case errors.As(err, &he):
+		cs.outcome = proto.Outcome_BAD_REQUEST
 		cs.writeError(he.Status, string(he.Code), nil)
 		return proto.Disposition_LINGER
 	case errors.As(err, &ne) && ne.Timeout():
+		cs.outcome = proto.Outcome_TIMEOUT
 		cs.writeError(http.StatusRequestTimeout, "request head not received in time", nil)
 		return proto.Disposition_LINGER
 	}
+	cs.outcome = proto.Outcome_PEER_RESET
 	return proto.Disposition_CLOSE
 }
 
