@@ -405,6 +405,7 @@ func (d *dispatcher) connEvent(c *conn, events uint32, now time.Time) {
 		n, _, err := unix.Recvfrom(c.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		if n <= 0 && err != unix.EAGAIN {
 			d.c.peerClosed++
+			d.logLimited("peer-closed", "client closed a connection before a request")
 			d.closeConn(c)
 			return
 		}

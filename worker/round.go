@@ -49,7 +49,6 @@ var (
 // serve runs the rounds of one dispatched connection and hands it back.
 func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	defer w.wg.Done()
-	defer w.active.Add(-1)
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
 	f := os.NewFile(uintptr(fd), "conn")
@@ -78,6 +77,10 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 		Carried:     carried,
 		Requests:    requests,
 	}}}
+	// The slot is released before Done is written: once the supervisor
+	// reads Done it may dispatch again at once, and must never find the slot
+	// still taken (reference/admission-race-analysis.txt, variant B).
+	w.active.Add(-1)
 	if err := w.ch.Send(done, -1); err != nil {
 		w.log.Error("returning connection", "conn", d.GetConnId(), "error", err)
 	}

@@ -40,6 +40,20 @@ listener "http" {
 // until every worker is ready. The test binary is the worker program.
 func start(tb testing.TB, body string, workerArgs ...string) *harness {
 	tb.Helper()
+	h := startNoWait(tb, body, workerArgs...)
+	select {
+	case <-h.sup.Ready():
+	case err := <-h.done:
+		tb.Fatalf("supervisor stopped before ready: %v\n%s", err, h.logs.String())
+	case <-time.After(20 * time.Second):
+		tb.Fatalf("workers not ready within 20s\n%s", h.logs.String())
+	}
+	return h
+}
+
+// startNoWait is start without waiting for the workers.
+func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
+	tb.Helper()
 	dir := tb.TempDir()
 	src := baseConfig + body
 	if !strings.Contains(body, "route ") {
@@ -75,13 +89,6 @@ func start(tb testing.TB, body string, workerArgs ...string) *harness {
 			tb.Logf("supervisor log:\n%s", logs.String())
 		}
 	})
-	select {
-	case <-sup.Ready():
-	case err := <-h.done:
-		tb.Fatalf("supervisor stopped before ready: %v\n%s", err, logs.String())
-	case <-time.After(20 * time.Second):
-		tb.Fatalf("workers not ready within 20s\n%s", logs.String())
-	}
 	return h
 }
 
