@@ -1,5 +1,8 @@
 # gatehouse — see README.md. `make run` and `make test` are the two commands.
 GO      ?= go
+# Workers apply Landlock and capability drops to every thread through
+# AllThreadsSyscall, which cgo disables: build and test without cgo.
+export CGO_ENABLED = 0
 BIN     := bin
 PKGS    := ./...
 FUZZTIME ?= 30s

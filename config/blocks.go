@@ -70,7 +70,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "socket"}},
 	}
 	sandboxSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "mode"}},
+		Attributes: []hcl.AttributeSchema{{Name: "mode"}, {Name: "seccomp_action"}, {Name: "chroot"}},
 	}
 	logSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "format"}, {Name: "level"}},
@@ -124,6 +124,14 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 	if b := d.single(blocks, "sandbox"); b != nil {
 		attrs := d.attrs(b, sandboxSchema)
 		enumAttr(d, attrs, "mode", "sandbox.mode", []string{"strict", "best-effort"}, &cfg.Sandbox.Mode)
+		enumAttr(d, attrs, "seccomp_action", "sandbox.seccomp_action", []string{"kill", "log"}, &cfg.Sandbox.SeccompAction)
+		if dir, rng, ok := stringAttr(d, attrs, "chroot", "sandbox.chroot"); ok {
+			if dir == "" || strings.ContainsRune(dir, 0) {
+				d.errorf(rng, "Invalid value", "sandbox.chroot must be a directory path, got %q.", dir)
+			} else {
+				cfg.Sandbox.Chroot = resolve(cfg.BaseDir, dir)
+			}
+		}
 	}
 	if b := d.single(blocks, "log"); b != nil {
 		attrs := d.attrs(b, logSchema)

@@ -106,6 +106,12 @@ type Admin struct {
 // Sandbox is the `sandbox` block.
 type Sandbox struct {
 	Mode string // "strict" (default) or "best-effort"
+	// SeccompAction is "kill" (default) or "log": a diagnosis mode that logs
+	// a disallowed system call (SECCOMP_RET_LOG) instead of killing.
+	SeccompAction string
+	// Chroot is an empty directory to confine workers to; "" means a private
+	// directory created and unlinked by each worker.
+	Chroot string
 }
 
 // Log is the `log` block.

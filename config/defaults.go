@@ -62,7 +62,7 @@ func defaults() Config {
 			ShutdownGrace:           DefaultShutdownGrace,
 			IPCMaxInFlightRequests:  DefaultIPCMaxInFlightRequests,
 		},
-		Sandbox:                Sandbox{Mode: "strict"},
+		Sandbox:                Sandbox{Mode: "strict", SeccompAction: "kill"},
 		Log:                    Log{Format: "text", Level: "info"},
 		IPv6ClientPrefixLength: DefaultIPv6ClientPrefixLength,
 	}

@@ -75,7 +75,7 @@ func (s *Stream) Send(f *proto.Frame, fd int) error {
 func (s *Stream) Recv(f *proto.Frame) (int, error) {
 	n, oobn, flags, _, err := s.uc.ReadMsgUnix(s.rbuf, s.oob)
 	fds := parseRights(s.oob[:oobn])
-	if err != nil {
+	if err != nil && !(errors.Is(err, io.EOF) && len(fds) > 0) { // a 0-byte datagram with fds is a violation, not EOF
 		closeAll(fds)
 		if errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {
 			return -1, ErrClosed

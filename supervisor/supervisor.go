@@ -13,10 +13,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -25,11 +28,16 @@ import (
 // exit code.
 var ErrBind = errors.New("supervisor: binding listeners")
 
+// ErrSandbox marks a sandbox that cannot be arranged in strict mode.
+var ErrSandbox = errors.New("supervisor: sandbox")
+
 // Options are the parts of a Supervisor that do not come from the file.
 type Options struct {
 	// Logger receives the supervisor's and the workers' logs. Default: hclog.Default().
 	Logger hclog.Logger
-	// WorkerPath is the program run as a worker. Default: this executable.
+	// WorkerPath is the program run as a worker. Default: /proc/self/exe,
+	// this executable, which the workers' unprivileged account can exec even
+	// when it cannot search the directories that lead to it.
 	WorkerPath string
 	// WorkerArgs are its arguments. Default: ["worker"].
 	WorkerArgs []string
@@ -41,6 +49,9 @@ type Supervisor struct {
 	opts       Options
 	log        hclog.Logger
 	workerArgs []string
+
+	attr        *syscall.SysProcAttr  // the workers' namespaces and credentials; immutable
+	spawnLayers []*proto.SandboxLayer // sandbox layers arranged at spawn; immutable
 
 	listeners []listener // bound in New; owned by the loop once Run starts
 
@@ -60,29 +71,35 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		opts.Logger = hclog.Default()
 	}
 	if opts.WorkerPath == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("finding own executable: %w", err)
-		}
-		opts.WorkerPath = exe
+		opts.WorkerPath = "/proc/self/exe"
 	}
 	args := append([]string(nil), opts.WorkerArgs...)
 	if opts.WorkerArgs == nil {
 		args = []string{"worker"}
 	}
-	// Document roots are opened by the worker before it sandboxes itself.
-	for _, r := range cfg.Routes {
-		if r.Static != nil {
-			args = append(args, "-root", r.Static.Root)
-		}
+	policy, err := sandboxPolicy(cfg)
+	if err != nil {
+		return nil, err
 	}
+	// The namespaces are probed once; in strict mode a missing one stops
+	// gatehouse here, before it binds anything.
+	attr, missing, err := sandbox.SpawnAttr(policy)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	for _, l := range missing {
+		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
+	}
+	args = append(args, policy.Args()...)
 	s := &Supervisor{
-		cfg:        cfg,
-		opts:       opts,
-		log:        opts.Logger,
-		workerArgs: args,
-		msgs:       make(chan any, 1024),
-		ready:      make(chan struct{}),
+		cfg:         cfg,
+		opts:        opts,
+		log:         opts.Logger,
+		workerArgs:  args,
+		attr:        attr,
+		spawnLayers: spawnLayers(attr, missing),
+		msgs:        make(chan any, 1024),
+		ready:       make(chan struct{}),
 	}
 	for _, l := range cfg.Listeners {
 		fd, bound, err := bindTCP(l.Address)
@@ -163,9 +180,48 @@ func (s *Supervisor) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 }
 
-// spawnAttr is the process attributes of a worker.
+// spawnAttr is a copy of the workers' process attributes, one per spawn.
 func (s *Supervisor) spawnAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	a := *s.attr
+	return &a
+}
+
+// sandboxPolicy derives the workers' sandbox from the configuration: the
+// static roots are their only readable files.
+func sandboxPolicy(cfg *config.Config) (sandbox.Policy, error) {
+	mode, err := sandbox.ParseMode(cfg.Sandbox.Mode)
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	action, err := sandbox.ParseSeccompAction(cfg.Sandbox.SeccompAction)
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	var roots []string
+	for _, r := range cfg.Routes {
+		if r.Static != nil && !slices.Contains(roots, r.Static.Root) {
+			roots = append(roots, r.Static.Root)
+		}
+	}
+	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: roots, User: cfg.User, Chroot: cfg.Sandbox.Chroot}
+	return p, p.Validate()
+}
+
+// spawnLayers reports the namespaces a worker is spawned into.
+func spawnLayers(attr *syscall.SysProcAttr, missing []sandbox.Layer) []*proto.SandboxLayer {
+	var out []*proto.SandboxLayer
+	for _, ns := range []struct {
+		name string
+		flag uintptr
+	}{{"user", syscall.CLONE_NEWUSER}, {"mnt", syscall.CLONE_NEWNS}, {"pid", syscall.CLONE_NEWPID}, {"net", syscall.CLONE_NEWNET}, {"ipc", syscall.CLONE_NEWIPC}, {"uts", syscall.CLONE_NEWUTS}} {
+		if attr.Cloneflags&ns.flag != 0 {
+			out = append(out, &proto.SandboxLayer{Name: "namespace/" + ns.name, Applied: true})
+		}
+	}
+	for _, l := range missing {
+		out = append(out, &proto.SandboxLayer{Name: l.Name, Detail: l.Detail})
+	}
+	return out
 }
 
 type stopMsg struct{}

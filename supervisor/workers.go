@@ -131,7 +131,7 @@ func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 			return false
 		}
 		w.state = workerReady
-		w.layers = b.Ready.GetLayers()
+		w.layers = append(append([]*proto.SandboxLayer(nil), d.s.spawnLayers...), b.Ready.GetLayers()...)
 		d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
 		d.checkReady()
 		d.pump(nil, now)

@@ -6,7 +6,6 @@ package worker
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -37,17 +37,19 @@ type Worker struct {
 	wg       sync.WaitGroup
 }
 
-// Main is the entry point of `gatehouse worker`. It returns the exit status.
+// Main is the entry point of `gatehouse worker`. args are the supervisor's
+// sandbox policy (sandbox.Policy.Args). It returns the exit status.
 func Main(args []string) int {
 	log := hclog.New(&hclog.LoggerOptions{Name: "worker", JSONFormat: true, Output: os.Stderr, Level: hclog.Info})
-	var roots rootFlags
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.Var(&roots, "root", "document root to open read-only before sandboxing (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	policy, err := sandbox.ParseArgs(args)
+	if err != nil {
+		log.Error("reading sandbox policy", "error", err)
 		return 2
 	}
 	w := &Worker{log: log, roots: make(map[string]*os.Root)}
-	for _, path := range roots {
+	// Document roots are opened before the sandbox closes; afterwards the
+	// worker reaches files only through these descriptors.
+	for _, path := range policy.Roots {
 		r, err := os.OpenRoot(path)
 		if err != nil {
 			log.Error("opening document root", "root", path, "error", err)
@@ -55,23 +57,30 @@ func Main(args []string) int {
 		}
 		w.roots[path] = r
 	}
+	applied, err := sandbox.Apply(policy)
+	if err != nil {
+		log.Error("sandbox not applied; refusing to serve", "error", err)
+		return 1
+	}
+	var layers []*proto.SandboxLayer
+	for _, l := range applied {
+		layers = append(layers, &proto.SandboxLayer{Name: l.Name, Applied: l.Applied, Detail: l.Detail})
+		if !l.Applied {
+			log.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
+		}
+	}
 	ch, err := ipc.NewStream(os.NewFile(channelFD, "ipc"))
 	if err != nil {
 		log.Error("opening channel", "error", err)
 		return 1
 	}
 	w.ch = ch
-	if err := w.run(nil); err != nil {
+	if err := w.run(layers); err != nil {
 		log.Error("worker stopped", "error", err)
 		return 1
 	}
 	return 0
 }
-
-type rootFlags []string
-
-func (r *rootFlags) String() string     { return fmt.Sprint(*r) }
-func (r *rootFlags) Set(s string) error { *r = append(*r, s); return nil }
 
 // run reads frames until the channel closes or a drain completes. layers is
 // the sandbox report sent in Ready.

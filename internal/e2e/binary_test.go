@@ -206,7 +206,7 @@ func TestMakeRunServesExampleSite(t *testing.T) {
 
 func writeConfig(t *testing.T, body string) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir := workerReadableTempDir(t)
 	os.MkdirAll(filepath.Join(dir, "www"), 0o755)
 	os.WriteFile(filepath.Join(dir, "www", "index.html"), []byte("hi\n"), 0o644)
 	src := `

@@ -54,7 +54,7 @@ func start(tb testing.TB, body string, workerArgs ...string) *harness {
 // startNoWait is start without waiting for the workers.
 func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	tb.Helper()
-	dir := tb.TempDir()
+	dir := workerReadableTempDir(tb)
 	src := baseConfig + body
 	if !strings.Contains(body, "route ") {
 		src += defaultRoutes(tb, dir)
@@ -68,7 +68,7 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	if len(workerArgs) == 0 {
 		workerArgs = []string{"worker"}
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerPath: os.Args[0], WorkerArgs: workerArgs})
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerArgs: workerArgs})
 	if err != nil {
 		tb.Fatalf("supervisor.New: %v", err)
 	}
@@ -90,6 +90,18 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 		}
 	})
 	return h
+}
+
+// workerReadableTempDir is a temporary directory the workers' unprivileged
+// account can search: testing's own are mode 0700.
+func workerReadableTempDir(tb testing.TB) string {
+	dir := tb.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // defaultRoutes writes a small document root and returns routes for it.

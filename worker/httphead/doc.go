@@ -76,4 +76,15 @@
 // four empty lines before the request line are skipped (RFC 9112 §2.2).
 // Identical Content-Length values, repeated in one field or several, are
 // accepted as one (RFC 9110 §8.6); values are compared as numbers.
+//
+// # Differences from net/http
+//
+// FuzzBodyBoundary checks that whenever this package accepts a request,
+// net/http's ReadRequest accepts it too and finds the body ending at the
+// same byte. The cases where this package accepts and net/http refuses are
+// listed, with reasons, in knownDifference in fuzz_test.go: leading empty
+// lines, a Content-Length list of identical values, duplicate
+// Content-Length values equal as numbers but not as strings ("5", "05"),
+// and a Trailer field announcing a framing field. None moves the body's
+// end.
 package httphead

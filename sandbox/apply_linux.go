@@ -1,0 +1,55 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Apply confines the calling process. The worker calls it once, after it has
+// opened its document roots and before it reads its first frame. It applies
+// every layer it can, in the order of SPEC §5, and returns one Layer each.
+// In Strict mode it returns a *NotAppliedError if any layer did not apply;
+// the worker must then exit without serving. Apply is irreversible: after
+// it returns, the process cannot open files outside its roots, create
+// sockets, exec, or regain privilege, whatever the error.
+//
+// Apply does not close or take ownership of any descriptor the caller holds.
+func Apply(p Policy) ([]Layer, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	// Everything that needs a path outside the roots happens before chroot.
+	inInitNS, nsErr := inInitialUserNS()
+	uidMap := readIDMap("/proc/self/uid_map")
+	uid, gid, userErr := lookupUser(p.User)
+	rootFDs, rootErr := openRoots(p.Roots)
+	defer closeAll(rootFDs)
+
+	var layers []Layer
+	layers = append(layers, applyChroot(p.Chroot))
+	switch {
+	case nsErr != nil:
+		layers = append(layers, Layer{Name: "identity", Detail: fmt.Sprintf("reading uid map: %v", nsErr)})
+	case inInitNS && userErr != nil && os.Geteuid() == 0:
+		layers = append(layers, Layer{Name: "identity", Detail: userErr.Error()})
+	default:
+		layers = append(layers, applyIdentity(inInitNS, uidMap, uid, gid))
+	}
+	layers = append(layers, applyNoNewPrivs(), applyNotDumpable(), applyRlimits())
+	if rootErr != nil {
+		layers = append(layers, Layer{Name: "landlock", Detail: rootErr.Error()})
+	} else {
+		layers = append(layers, applyLandlock(p.Roots, rootFDs))
+	}
+	layers = append(layers, applySeccomp(p))
+	return layers, p.check(layers)
+}
+
+func readIDMap(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b)), " ")
+}

@@ -1,0 +1,4 @@
+package sandbox
+
+// SeccompPolicy exposes the filter policy to tests.
+var SeccompPolicy = seccompPolicy

@@ -1,0 +1,76 @@
+package supervisor
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestClientKey(t *testing.T) {
+	tests := []struct {
+		addr string
+		bits int
+		want string
+	}{
+		{"127.0.0.2", 64, "127.0.0.2"},
+		{"::ffff:10.1.2.3", 64, "10.1.2.3"},
+		{"2001:db8:1:2:3:4:5:6", 64, "2001:db8:1:2::"},
+		{"2001:db8:1:2:ffff::1", 64, "2001:db8:1:2::"},
+		{"2001:db8:1:2:3:4:5:6", 48, "2001:db8:1::"},
+		{"2001:db8:1:2:3:4:5:6", 128, "2001:db8:1:2:3:4:5:6"},
+		{"fe80::1%eth0", 64, "fe80::"},
+	}
+	for _, tt := range tests {
+		got := clientKey(netip.MustParseAddr(tt.addr), tt.bits)
+		if got.String() != tt.want {
+			t.Errorf("clientKey(%s, /%d) = %s, want %s", tt.addr, tt.bits, got, tt.want)
+		}
+	}
+}
+
+func TestConnListFIFO(t *testing.T) {
+	var timers connList
+	waits := connList{wait: true}
+	cs := make([]*conn, 5)
+	for i := range cs {
+		cs[i] = &conn{id: uint64(i)}
+		timers.push(cs[i])
+		waits.push(cs[i])
+	}
+	// One connection sits in both lists at once, through separate links.
+	timers.remove(cs[2])
+	if cs[2].tlist != nil || cs[2].qlist != &waits {
+		t.Fatalf("remove from timers touched the wait links")
+	}
+	timers.remove(cs[2]) // not a member any more: no effect
+	var got []uint64
+	for c := timers.pop(); c != nil; c = timers.pop() {
+		got = append(got, c.id)
+	}
+	if want := []uint64{0, 1, 3, 4}; !equal(got, want) {
+		t.Errorf("timers popped %v, want %v", got, want)
+	}
+	if timers.n != 0 || timers.head != nil || timers.tail != nil {
+		t.Errorf("drained list not empty: n=%d", timers.n)
+	}
+	waits.remove(cs[0])
+	waits.remove(cs[4])
+	got = got[:0]
+	for c := waits.pop(); c != nil; c = waits.pop() {
+		got = append(got, c.id)
+	}
+	if want := []uint64{1, 2, 3}; !equal(got, want) {
+		t.Errorf("waits popped %v, want %v", got, want)
+	}
+}
+
+func equal(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
