@@ -80,27 +80,31 @@ func matchPrefix(prefix, p string) bool {
 // If-Modified-Since, Last-Modified, Content-Type) with the route prefix
 // stripped. Directories without an index file are 404 unless listing is on.
 func newStatic(prefix string, root *os.Root, cfg *config.Static) http.Handler {
-	fsys := noListing{fs: root.FS(), listing: cfg.Listing}
-	fileServer := http.FileServer(http.FS(fsys))
-	strip := strings.TrimSuffix(prefix, "/")
+	fsys := noListing{fs: root.FS(), listing: cfg.Listing, index: cfg.Index}
+	fileServer := http.StripPrefix(strings.TrimSuffix(prefix, "/"), http.FileServer(http.FS(fsys)))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		http.StripPrefix(strip, fileServer).ServeHTTP(w, r)
+		fileServer.ServeHTTP(w, r)
 	})
 }
 
-// noListing hides directories that have no index.html, so FileServer never
-// lists them.
+// noListing hides directories that have no index file, so FileServer never
+// lists them, and presents a configured index file as index.html, the name
+// FileServer looks for.
 type noListing struct {
 	fs      fs.FS
 	listing bool
+	index   string
 }
 
 func (n noListing) Open(name string) (fs.File, error) {
+	if n.index != "index.html" && path.Base(name) == "index.html" {
+		name = path.Join(path.Dir(name), n.index)
+	}
 	f, err := n.fs.Open(name)
 	if err != nil || n.listing {
 		return f, err
@@ -111,7 +115,7 @@ func (n noListing) Open(name string) (fs.File, error) {
 		return nil, err
 	}
 	if st.IsDir() {
-		idx, err := n.fs.Open(path.Join(name, "index.html"))
+		idx, err := n.fs.Open(path.Join(name, n.index))
 		if err != nil {
 			f.Close()
 			if errors.Is(err, fs.ErrNotExist) {
