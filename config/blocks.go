@@ -25,6 +25,7 @@ var (
 			{Type: "limits"},
 			{Type: "route", LabelNames: []string{"prefix"}},
 			{Type: "admin"},
+			{Type: "cors"},
 			{Type: "sandbox"},
 			{Type: "log"},
 		},
@@ -50,7 +51,8 @@ var (
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Blocks: []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}},
 	}
 	staticSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -117,6 +119,9 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 	if len(blocks["route"]) == 0 {
 		d.errorf(body.MissingItemRange(), "Missing route block",
 			`At least one route block is required, such as: route "/" { static { root = "www" } }.`)
+	}
+	if b := d.single(blocks, "cors"); b != nil {
+		cfg.CORS = d.cors(b)
 	}
 	if b := d.single(blocks, "admin"); b != nil {
 		d.admin(b, &cfg.Admin, cfg.BaseDir)

@@ -32,8 +32,41 @@ type Config struct {
 	Log            Log
 	// IPv6ClientPrefixLength groups IPv6 clients by this prefix (1..128, default 64).
 	IPv6ClientPrefixLength int
-	// User, when set, is the account the supervisor drops to after binding.
+	// User, when set, is the workers' unprivileged account.
 	User string
+	// CORS, when set, adds CORS headers to every response, transport errors
+	// included.
+	CORS *CORS
+}
+
+// CORS is the `cors` block.
+type CORS struct {
+	AllowOrigins     []string // origins, or "*"
+	AllowMethods     []string // default GET, HEAD, POST
+	AllowHeaders     []string
+	ExposeHeaders    []string
+	AllowCredentials bool          // never with a "*" origin
+	MaxAge           time.Duration // preflight cache, 0s..24h, default 10m
+}
+
+// AllowsAnyOrigin reports whether the origins include "*".
+func (c *CORS) AllowsAnyOrigin() bool {
+	for _, o := range c.AllowOrigins {
+		if o == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// Allows reports whether origin may read responses.
+func (c *CORS) Allows(origin string) bool {
+	for _, o := range c.AllowOrigins {
+		if o == "*" || o == origin {
+			return true
+		}
+	}
+	return false
 }
 
 // Listener is one `listener "NAME" { address = "..." }` block.
@@ -76,6 +109,11 @@ type Route struct {
 	Prefix  string
 	Static  *Static
 	Respond *Respond
+	// MaxUploadBytes raises the body cap for requests whose head carries an
+	// accepted bearer token (0: no raise).
+	MaxUploadBytes int64
+	// UploadTokenSHA256 are the SHA-256 hashes of the accepted bearer tokens.
+	UploadTokenSHA256 [][32]byte
 }
 
 // Static serves files under Root.

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,6 +38,7 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	content, diags := b.Body.Content(routeSchema)
 	d.add(diags)
 	name := fmt.Sprintf("route %q", prefix)
+	d.upload(content.Attributes, name, &r)
 	handlers := content.Blocks
 	if len(handlers) == 0 {
 		d.errorf(b.DefRange, "Missing route handler", "%s needs one static or respond block.", name)
@@ -129,4 +132,21 @@ func (d *decoder) respond(b *hcl.Block, route string) *Respond {
 		return nil
 	}
 	return r
+}
+
+// upload decodes a route's large-upload policy.
+func (d *decoder) upload(attrs hcl.Attributes, name string, r *Route) {
+	intAttr(d, attrs, "max_upload_bytes", name+": max_upload_bytes", 1, 1<<40, &r.MaxUploadBytes)
+	hashes, rngs := stringListAttr(d, attrs, "upload_token_sha256", name+": upload_token_sha256")
+	for i, h := range hashes {
+		b, err := hex.DecodeString(h)
+		if err != nil || len(b) != sha256.Size {
+			d.errorf(rngs[i], "Invalid value", "%s: upload_token_sha256 entries are 64 hex digits (the SHA-256 of a token), got %q.", name, h)
+			continue
+		}
+		r.UploadTokenSHA256 = append(r.UploadTokenSHA256, [32]byte(b))
+	}
+	if a, ok := attrs["upload_token_sha256"]; ok && r.MaxUploadBytes == 0 {
+		d.errorf(a.Range, "Missing max_upload_bytes", "%s: upload_token_sha256 has no effect without max_upload_bytes.", name)
+	}
 }

@@ -183,6 +183,7 @@ func (r *response) sendHeader(final bool) {
 		h.Set("Content-Type", http.DetectContentType(r.pending))
 	}
 	h.Set("X-Content-Type-Options", "nosniff")
+	r.cs.w.setCORS(h, r.req.Header.Get("Origin"), false)
 	if h.Get("Date") == "" {
 		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	}
@@ -232,11 +233,15 @@ func writeHead(cs *connServer, status int, h http.Header) {
 	bw.WriteString("\r\n")
 }
 
-// writeError answers a transport-level error with a short text body and
-// Connection: close. head is nil when the request head never parsed.
-func (cs *connServer) writeError(status int, reason string, head *httphead.Head) {
+// writeError answers a transport-level error with a short text body, the
+// configured CORS headers and Connection: close. head is nil when the request
+// head never parsed; the Origin is then read from the raw head.
+func (cs *connServer) writeError(status int, reason string, head *httphead.Head, extra http.Header) {
 	body := strconv.Itoa(status) + " " + http.StatusText(status) + "\n"
 	h := http.Header{}
+	for k, v := range extra {
+		h[k] = v
+	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Connection", "close")
@@ -245,6 +250,13 @@ func (cs *connServer) writeError(status int, reason string, head *httphead.Head)
 	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		h.Set("Retry-After", "5")
 	}
+	origin := ""
+	if head != nil {
+		origin = head.Header.Get("Origin")
+	} else {
+		origin = httphead.OriginFromRaw(cs.raw.buf)
+	}
+	cs.w.setCORS(h, origin, true)
 	writeHead(cs, status, h)
 	if head == nil || head.Method != http.MethodHead {
 		cs.bw.WriteString(body)

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,6 +99,7 @@ type connServer struct {
 
 	outcome proto.Outcome // how the last round ended
 	carried *bytes.Reader
+	raw     headRecorder // the raw head, for Origin when it does not parse
 	in      *deadlineReader
 	br      *bufio.Reader
 	bw      *bufio.Writer
@@ -112,7 +116,8 @@ func newConnServer(w *Worker, nc net.Conn, d *proto.Dispatch) *connServer {
 	}
 	cs.in = &deadlineReader{nc: nc}
 	cs.br = readerPool.Get().(*bufio.Reader)
-	cs.br.Reset(io.MultiReader(cs.carried, cs.in))
+	cs.raw.r = io.MultiReader(cs.carried, cs.in)
+	cs.br.Reset(&cs.raw)
 	cs.bw = writerPool.Get().(*bufio.Writer)
 	cs.bw.Reset(&deadlineWriter{nc: nc, timeout: w.cfg.Limits.WriteTimeout})
 	return cs
@@ -162,35 +167,34 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	start := time.Now()
 	cs.in.head(start)
+	cs.raw.start(cs.br)
 	head, err := httphead.ReadHead(cs.br, httphead.Limits{})
 	if err != nil {
 		return false, cs.headError(err)
 	}
+	cs.raw.stop()
 	cs.requests++
 	lim := cs.w.cfg.Limits
-	keep = wantsKeepAlive(head) &&
+	keep = head.Persistent() &&
 		cs.requests < maxRequestsPerConn &&
 		time.Since(cs.accepted) < maxConnAge &&
 		!cs.w.draining.Load()
 
-	if head.ContentLength > lim.MaxBodyBytes {
-		cs.writeError(http.StatusRequestEntityTooLarge, "request body too large", head)
-		return false, proto.Disposition_LINGER
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	body := newBody(cs, head, lim.MaxBodyBytes, start)
 	req := &http.Request{
-		Method:     head.Method,
-		URL:        head.URL,
-		Proto:      head.Proto,
-		ProtoMajor: head.ProtoMajor,
-		ProtoMinor: head.ProtoMinor,
-		Header:     head.Header,
-		Host:       head.Host,
-		RequestURI: head.Target,
-		RemoteAddr: cs.d.GetPeer(),
-		Close:      !keep,
+		Method:        head.Method,
+		URL:           head.URL,
+		Proto:         head.Proto,
+		ProtoMajor:    head.ProtoMajor,
+		ProtoMinor:    head.ProtoMinor,
+		Header:        head.Header,
+		Host:          head.Host,
+		RequestURI:    head.Target,
+		RemoteAddr:    cs.d.GetPeer(),
+		Close:         !keep,
+		ContentLength: head.ContentLength,
+		Body:          http.NoBody,
 	}
 	if req.URL == nil {
 		req.URL = &url.URL{Path: "/"}
@@ -198,15 +202,39 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	if head.Chunked {
 		req.TransferEncoding = []string{"chunked"}
 	}
-	req.ContentLength = head.ContentLength
-	req.Body = body
-	if !head.HasBody() {
-		req.Body = http.NoBody
-	}
 	req = req.WithContext(ctx)
+	rt := cs.w.router.match(req.URL.Path)
+
+	// The body cap, raised for an authorized upload; both are decided from
+	// the head alone, before any body byte is read (or 100 Continue sent).
+	maxBody := lim.MaxBodyBytes
+	if rt != nil && rt.maxUpload > maxBody && (head.ContentLength > maxBody || head.Chunked) {
+		switch {
+		case cs.w.authorizedUpload(rt, req):
+			maxBody = rt.maxUpload
+		case head.ContentLength > maxBody:
+			cs.outcome = proto.Outcome_BAD_REQUEST
+			cs.writeError(http.StatusUnauthorized, "upload over max_body_bytes without an accepted token", head,
+				http.Header{"Www-Authenticate": {`Bearer realm="gatehouse"`}})
+			return false, proto.Disposition_LINGER
+		}
+	}
+	if head.ContentLength > maxBody {
+		cs.outcome = proto.Outcome_BAD_REQUEST
+		cs.writeError(http.StatusRequestEntityTooLarge, "request body too large", head, nil)
+		return false, proto.Disposition_LINGER
+	}
+	body := newBody(cs, head, maxBody, start)
+	if head.HasBody() {
+		req.Body = body
+	}
 
 	rw := newResponse(cs, req, keep)
-	cs.w.router.serveHTTP(rw, req)
+	if cs.w.preflight(req) {
+		cs.w.answerPreflight(rw, req)
+	} else {
+		serve(rt, rw, req)
+	}
 	if status := bodyErrorStatus(body.err); status != 0 && !rw.headerSent {
 		// The handler stopped on a body the transport refused; its answer
 		// is replaced by the transport's, which closes the connection.
@@ -214,7 +242,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		if status == http.StatusRequestTimeout {
 			cs.outcome = proto.Outcome_TIMEOUT
 		}
-		cs.writeError(status, body.err.Error(), head)
+		cs.writeError(status, body.err.Error(), head, nil)
 		return false, proto.Disposition_LINGER
 	}
 	if err := rw.finish(); err != nil {
@@ -238,6 +266,26 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	return true, proto.Disposition_KEEP_ALIVE
 }
 
+// authorizedUpload reports whether r may send a body up to rt.maxUpload: its
+// bearer token hashes to one of the route's, compared in constant time, or
+// the embedding program's check accepts it.
+func (w *Worker) authorizedUpload(rt *route, r *http.Request) bool {
+	if w.opts.AuthorizeUpload != nil && w.opts.AuthorizeUpload(r) {
+		return true
+	}
+	auth := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		return false
+	}
+	sum := sha256.Sum256([]byte(auth[len(prefix):]))
+	ok := 0
+	for _, t := range rt.tokens {
+		ok |= subtle.ConstantTimeCompare(sum[:], t[:])
+	}
+	return ok == 1
+}
+
 // headError answers a head that could not be read, or closes quietly.
 func (cs *connServer) headError(err error) proto.Disposition {
 	var he *httphead.Error
@@ -248,27 +296,15 @@ func (cs *connServer) headError(err error) proto.Disposition {
 		return proto.Disposition_CLOSE
 	case errors.As(err, &he):
 		cs.outcome = proto.Outcome_BAD_REQUEST
-		cs.writeError(he.Status, string(he.Code), nil)
+		cs.writeError(he.Status, string(he.Code), nil, nil)
 		return proto.Disposition_LINGER
 	case errors.As(err, &ne) && ne.Timeout():
 		cs.outcome = proto.Outcome_TIMEOUT
-		cs.writeError(http.StatusRequestTimeout, "request head not received in time", nil)
+		cs.writeError(http.StatusRequestTimeout, "request head not received in time", nil, nil)
 		return proto.Disposition_LINGER
 	}
 	cs.outcome = proto.Outcome_PEER_RESET
 	return proto.Disposition_CLOSE
-}
-
-// wantsKeepAlive applies RFC 9112 §9.3: HTTP/1.1 persists unless "close";
-// HTTP/1.0 closes unless "keep-alive".
-func wantsKeepAlive(h *httphead.Head) bool {
-	if h.Close {
-		return false
-	}
-	if h.ProtoMajor == 1 && h.ProtoMinor == 0 {
-		return h.KeepAlive
-	}
-	return true
 }
 
 // deadlineReader feeds the current phase's deadline into every read, so each
@@ -308,4 +344,36 @@ type deadlineWriter struct {
 func (w *deadlineWriter) Write(p []byte) (int, error) {
 	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
 	return w.nc.Write(p)
+}
+
+// maxRawHead bounds what headRecorder keeps: a whole head at its caps.
+const maxRawHead = httphead.DefaultMaxStartLine + httphead.DefaultMaxHeaderBytes + 2
+
+// headRecorder passes input through and, while on, keeps a copy of the head
+// being read, so that a head which never parses can still be answered with
+// the CORS headers its Origin asks for.
+type headRecorder struct {
+	r   io.Reader
+	on  bool
+	buf []byte
+}
+
+// start records from the input already buffered in br onwards.
+func (h *headRecorder) start(br *bufio.Reader) {
+	b, _ := br.Peek(br.Buffered())
+	h.buf = append(h.buf[:0], b[:min(len(b), maxRawHead)]...)
+	h.on = true
+}
+
+func (h *headRecorder) stop() {
+	h.on = false
+	h.buf = h.buf[:0]
+}
+
+func (h *headRecorder) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if h.on && len(h.buf) < maxRawHead {
+		h.buf = append(h.buf, p[:min(n, maxRawHead-len(h.buf))]...)
+	}
+	return n, err
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -24,6 +25,9 @@ type router struct {
 type route struct {
 	prefix  string
 	handler http.Handler
+	// maxUpload raises the body cap for an authorized request (0: none).
+	maxUpload int64
+	tokens    [][32]byte // SHA-256 of the accepted bearer tokens
 }
 
 func newRouter(cfg *config.Config, roots map[string]*os.Root) (*router, error) {
@@ -42,7 +46,7 @@ func newRouter(cfg *config.Config, roots map[string]*os.Root) (*router, error) {
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h})
+		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256})
 	}
 	sort.SliceStable(rt.routes, func(i, j int) bool { return len(rt.routes[i].prefix) > len(rt.routes[j].prefix) })
 	return rt, nil
@@ -54,19 +58,26 @@ var knownMethods = map[string]bool{
 	"OPTIONS": true, "TRACE": true, "PATCH": true,
 }
 
-func (rt *router) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if !knownMethods[r.Method] {
-		http.Error(w, "method not implemented", http.StatusNotImplemented)
-		return
-	}
-	p := r.URL.Path
-	for _, rr := range rt.routes {
-		if matchPrefix(rr.prefix, p) {
-			rr.handler.ServeHTTP(w, r)
-			return
+// match returns the route for path, or nil.
+func (rt *router) match(path string) *route {
+	for i := range rt.routes {
+		if matchPrefix(rt.routes[i].prefix, path) {
+			return &rt.routes[i]
 		}
 	}
-	http.NotFound(w, r)
+	return nil
+}
+
+// serve runs the handler of route rr (nil: no route matched).
+func serve(rr *route, w http.ResponseWriter, r *http.Request) {
+	switch {
+	case !knownMethods[r.Method]:
+		http.Error(w, "method not implemented", http.StatusNotImplemented)
+	case rr == nil:
+		http.NotFound(w, r)
+	default:
+		rr.handler.ServeHTTP(w, r)
+	}
 }
 
 func matchPrefix(prefix, p string) bool {
@@ -128,12 +139,17 @@ func (n noListing) Open(name string) (fs.File, error) {
 	return f, nil
 }
 
-// newRespond answers every request with a fixed status and body.
+// newRespond answers every request with a fixed status and body, after
+// reading the request body (under the transport's caps and rate), so that a
+// client is answered only once it has sent its request.
 func newRespond(cfg *config.Respond) http.Handler {
 	body := []byte(cfg.Body)
 	ctype := cfg.ContentType
 	length := strconv.Itoa(len(body))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return // the transport answers 408/413/400 for its own errors
+		}
 		h := w.Header()
 		h.Set("Content-Type", ctype)
 		h.Set("Content-Length", length)

@@ -7,6 +7,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,8 @@ type Worker struct {
 	ch    *ipc.Stream
 	roots map[string]*os.Root // document roots opened before the sandbox closed; immutable
 
+	opts Options // immutable
+
 	cfg    *config.Config // set once by Hello
 	router *router        // set once by Hello
 	id     uint32
@@ -37,16 +40,27 @@ type Worker struct {
 	wg       sync.WaitGroup
 }
 
+// Options are what an embedding program adds to a worker.
+type Options struct {
+	// AuthorizeUpload, when set, may accept a request over max_body_bytes
+	// on a route with max_upload_bytes, besides the configured tokens. It
+	// sees the head only; it runs before any body byte is read.
+	AuthorizeUpload func(*http.Request) bool
+}
+
 // Main is the entry point of `gatehouse worker`. args are the supervisor's
 // sandbox policy (sandbox.Policy.Args). It returns the exit status.
-func Main(args []string) int {
+func Main(args []string) int { return Run(args, Options{}) }
+
+// Run is Main with an embedding program's options.
+func Run(args []string, opts Options) int {
 	log := hclog.New(&hclog.LoggerOptions{Name: "worker", JSONFormat: true, Output: os.Stderr, Level: hclog.Info})
 	policy, err := sandbox.ParseArgs(args)
 	if err != nil {
 		log.Error("reading sandbox policy", "error", err)
 		return 2
 	}
-	w := &Worker{log: log, roots: make(map[string]*os.Root)}
+	w := &Worker{log: log, opts: opts, roots: make(map[string]*os.Root)}
 	// Document roots are opened before the sandbox closes; afterwards the
 	// worker reaches files only through these descriptors.
 	for _, path := range policy.Roots {
