@@ -34,7 +34,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}},
 	}
 	workersSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}},
+		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}},
 	}
 	limitsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -261,6 +261,7 @@ func (d *decoder) workers(b *hcl.Block, w *Workers) {
 	attrs := d.attrs(b, workersSchema)
 	intAttr(d, attrs, "count", "workers.count", 1, 256, &w.Count)
 	intAttr(d, attrs, "concurrency", "workers.concurrency", 1, 1024, &w.Concurrency)
+	intAttr(d, attrs, "max_rounds_per_worker", "workers.max_rounds_per_worker", 0, 1<<40, &w.MaxRoundsPerWorker)
 }
 
 func (d *decoder) limits(b *hcl.Block, l *Limits) {

@@ -79,6 +79,9 @@ type Listener struct {
 type Workers struct {
 	Count       int // 1..256, default 4
 	Concurrency int // 1..1024, default 8
+	// MaxRoundsPerWorker recycles a worker after this many rounds; it is
+	// replaced before it leaves (0..2^40, default 0: never).
+	MaxRoundsPerWorker int64
 }
 
 // Pool is the number of connections that may be out at workers at once.

@@ -36,7 +36,7 @@ type conn struct {
 	fd       int    // owned by the dispatcher (a worker holds a dup during a round)
 	state    connState
 	client   *client
-	listener int
+	listener uint64 // the id of the listener that accepted it
 	peer     netip.AddrPort
 	accepted time.Time
 

@@ -5,21 +5,22 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
-// Epoll tokens: the kind in the top byte, an id below. Connection ids are
+// Poller tokens: the kind in the top byte, an id below. Connection ids are
 // never reused, so an event for a connection closed earlier in the same batch
 // finds no record and is dropped.
 const (
-	kindWake     = 1
 	kindListener = 2
 	kindWorker   = 3
 	kindConn     = 4
@@ -45,10 +46,14 @@ const (
 	pingInterval = 5 * time.Second
 	pingTimeout  = 10 * time.Second
 	// Worker respawn backoff: 100 ms doubling to 10 s, reset after a minute healthy.
-	backoffMin     = 100 * time.Millisecond
-	backoffMax     = 10 * time.Second
-	healthyUptime  = time.Minute
-	epollConnFlags = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
+	backoffMin    = 100 * time.Millisecond
+	backoffMax    = 10 * time.Second
+	healthyUptime = time.Minute
+	// throttleDelay holds back a worker that died before serving a request.
+	throttleDelay = time.Minute
+	// connInterest parks a connection: one readiness report, then quiet
+	// until re-armed.
+	connInterest = poll.In | poll.OneShot
 )
 
 // canned503 is written, without blocking, to a readable connection that found
@@ -68,16 +73,19 @@ type dispatcher struct {
 	cfg *config.Config
 	log hclog.Logger
 
-	epfd      int
-	listeners []listener
-	events    []unix.EpollEvent
+	p            *poll.Poller
+	listeners    []listener
+	nextListener uint64
+	events       []poll.Event
 
-	conns   map[uint64]*conn
-	nextID  uint64
-	clients map[netip.Addr]*client
-	workers []*workerProc
-	pool    int
-	share   int
+	conns    map[uint64]*conn
+	nextID   uint64
+	spec     *workerSpec // what new workers are started with
+	nextSlot int
+	clients  map[netip.Addr]*client
+	workers  []*workerProc
+	pool     int
+	share    int
 
 	out     int // connections at workers
 	queued  int // connections that have not finished a first request
@@ -105,23 +113,20 @@ type dispatcher struct {
 }
 
 func newDispatcher(s *Supervisor) (*dispatcher, error) {
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, os.NewSyscallError("epoll_create1", err)
-	}
 	d := &dispatcher{
-		s:         s,
-		cfg:       s.cfg,
-		log:       s.log.Named("dispatcher"),
-		epfd:      epfd,
-		listeners: s.listeners,
-		events:    make([]unix.EpollEvent, maxEvents),
-		conns:     make(map[uint64]*conn),
-		clients:   make(map[netip.Addr]*client),
-		pool:      s.cfg.Workers.Pool(),
-		share:     s.cfg.Workers.Share(),
-		scratch:   make([]byte, lingerBuf),
-		logLimit:  make(map[string]time.Time),
+		s:            s,
+		cfg:          s.cfg,
+		log:          s.log.Named("dispatcher"),
+		p:            s.poller,
+		listeners:    s.listeners,
+		nextListener: uint64(len(s.listeners)),
+		events:       make([]poll.Event, maxEvents),
+		conns:        make(map[uint64]*conn),
+		clients:      make(map[netip.Addr]*client),
+		pool:         s.cfg.Workers.Pool(),
+		share:        s.cfg.Workers.Share(),
+		scratch:      make([]byte, lingerBuf),
+		logLimit:     make(map[string]time.Time),
 		c: counters{
 			refused:              make(map[string]uint64),
 			workerDeathsBySignal: make(map[syscall.Signal]uint64),
@@ -135,42 +140,28 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	// The reserve keeps descriptors for worker channels, pipes, respawns and
 	// the admin socket when clients hold everything else.
 	d.fdReserve = 32 + 4*s.cfg.Workers.Count
-	if err := d.add(s.efd, kindWake, 0, unix.EPOLLIN); err != nil {
-		return nil, err
-	}
 	d.armListeners(true)
+	d.spec = s.spec
 	for i := 0; i < s.cfg.Workers.Count; i++ {
-		w := &workerProc{slot: i, state: workerDead, exited: true}
-		d.workers = append(d.workers, w)
+		d.workers = append(d.workers, d.newWorker())
 	}
 	return d, nil
 }
 
-func token(kind int, id uint64) (int32, int32) {
-	t := uint64(kind)<<kindShift | id&idMask
-	return int32(uint32(t)), int32(uint32(t >> 32))
+func token(kind int, id uint64) uint64 { return uint64(kind)<<kindShift | id&idMask }
+
+func (d *dispatcher) add(fd, kind int, id uint64, in poll.Interest) error {
+	return d.p.Add(fd, token(kind, id), in)
 }
 
-func (d *dispatcher) add(fd, kind int, id uint64, events uint32) error {
-	ev := unix.EpollEvent{Events: events}
-	ev.Fd, ev.Pad = token(kind, id)
-	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		return os.NewSyscallError("epoll_ctl", err)
-	}
-	return nil
+func (d *dispatcher) mod(fd, kind int, id uint64, in poll.Interest) error {
+	return d.p.Mod(fd, token(kind, id), in)
 }
 
-func (d *dispatcher) mod(fd, kind int, id uint64, events uint32) error {
-	ev := unix.EpollEvent{Events: events}
-	ev.Fd, ev.Pad = token(kind, id)
-	if err := unix.EpollCtl(d.epfd, unix.EPOLL_CTL_MOD, fd, &ev); err != nil {
-		return os.NewSyscallError("epoll_ctl", err)
-	}
-	return nil
-}
-
+// del deregisters fd; it must precede closing it, since a registration
+// outliving its descriptor stays stale while a worker holds a duplicate.
 func (d *dispatcher) del(fd int) {
-	unix.EpollCtl(d.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	d.p.Del(fd)
 }
 
 // armListeners adds or removes every listener from the epoll set.
@@ -178,9 +169,9 @@ func (d *dispatcher) armListeners(on bool) {
 	if on == d.acceptArmed {
 		return
 	}
-	for i, l := range d.listeners {
+	for _, l := range d.listeners {
 		if on {
-			if err := d.add(l.fd, kindListener, uint64(i), unix.EPOLLIN); err != nil {
+			if err := d.add(l.fd, kindListener, l.id, poll.In); err != nil {
 				d.log.Error("arming listener", "listener", l.name, "error", err)
 			}
 		} else {
@@ -190,11 +181,11 @@ func (d *dispatcher) armListeners(on bool) {
 	d.acceptArmed = on
 }
 
-// run is the loop. It locks its OS thread: epoll_wait blocks it.
+// run is the loop. It locks its OS thread: waiting for readiness blocks it.
 func (d *dispatcher) run() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	defer unix.Close(d.epfd)
+	defer d.p.Close()
 
 	now := time.Now()
 	for _, w := range d.workers {
@@ -205,26 +196,25 @@ func (d *dispatcher) run() error {
 	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share)
 
 	for {
-		timeout := d.nextTimeout(time.Now())
-		n, err := unix.EpollWait(d.epfd, d.events, timeout)
-		if err != nil && err != unix.EINTR {
-			return os.NewSyscallError("epoll_wait", err)
+		n, err := d.p.Wait(d.events, d.nextTimeout(time.Now()))
+		if err != nil {
+			return err
 		}
 		now = time.Now()
-		for i := 0; i < n; i++ {
-			ev := d.events[i]
-			t := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
-			id := t & idMask
-			switch t >> kindShift {
-			case kindWake:
+		for _, ev := range d.events[:n] {
+			if ev.Token == poll.WakeToken {
 				d.drainWake(now)
+				continue
+			}
+			id := ev.Token & idMask
+			switch ev.Token >> kindShift {
 			case kindListener:
-				d.accept(int(id), now)
+				d.accept(id, now)
 			case kindWorker:
-				d.workerEvent(id, ev.Events, now)
+				d.workerEvent(id, ev, now)
 			case kindConn:
 				if c := d.conns[id]; c != nil {
-					d.connEvent(c, ev.Events, now)
+					d.connEvent(c, ev, now)
 				}
 			}
 		}
@@ -237,9 +227,9 @@ func (d *dispatcher) run() error {
 	}
 }
 
-// nextTimeout is the epoll_wait timeout in milliseconds: until the earliest
-// deadline the loop enforces itself, so each of them bounds the wait.
-func (d *dispatcher) nextTimeout(now time.Time) int {
+// nextTimeout is the wait's timeout: until the earliest deadline the loop
+// enforces itself, so each of them bounds the wait.
+func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	next := d.nextPing
 	consider := func(t time.Time) {
 		if !t.IsZero() && t.Before(next) {
@@ -260,16 +250,10 @@ func (d *dispatcher) nextTimeout(now time.Time) int {
 	if d.stopping {
 		consider(d.stopDeadline)
 	}
-	ms := next.Sub(now).Milliseconds() + 1
-	if ms < 0 {
-		return 0
-	}
-	return int(ms)
+	return max(0, next.Sub(now))
 }
 
 func (d *dispatcher) drainWake(now time.Time) {
-	var buf [8]byte
-	unix.Read(d.s.efd, buf[:])
 	for {
 		select {
 		case m := <-d.s.msgs:
@@ -288,6 +272,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.exited(m, now)
 	case stopMsg:
 		d.stop(now)
+	case reloadMsg:
+		d.reload(m, now)
 	case snapshotReq:
 		m.reply <- d.snapshot(now)
 	}
@@ -295,8 +281,9 @@ func (d *dispatcher) message(m any, now time.Time) {
 
 // accept takes new connections from listener i and admits them before a byte
 // is read (SPEC §2 item 1).
-func (d *dispatcher) accept(i int, now time.Time) {
-	if d.stopping || i >= len(d.listeners) {
+func (d *dispatcher) accept(id uint64, now time.Time) {
+	i := slices.IndexFunc(d.listeners, func(l listener) bool { return l.id == id })
+	if d.stopping || i < 0 {
 		return
 	}
 	l := d.listeners[i]
@@ -326,7 +313,7 @@ func (d *dispatcher) accept(i int, now time.Time) {
 			d.logLimited("accept", "accept failed", "listener", l.name, "error", err)
 			return
 		}
-		d.admit(fd, i, sockaddrAddrPort(sa), now)
+		d.admit(fd, l.id, sockaddrAddrPort(sa), now)
 	}
 }
 
@@ -338,7 +325,7 @@ func (d *dispatcher) pauseAccept(now time.Time, why string) {
 }
 
 // admit applies the admission caps to an accepted descriptor and parks it.
-func (d *dispatcher) admit(fd, listener int, peer netip.AddrPort, now time.Time) {
+func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, now time.Time) {
 	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
 	cl := d.clients[key]
 	if cl == nil {
@@ -361,7 +348,7 @@ func (d *dispatcher) admit(fd, listener int, peer netip.AddrPort, now time.Time)
 	}
 	d.nextID++
 	c := &conn{id: d.nextID, fd: fd, client: cl, listener: listener, peer: peer, accepted: now, fresh: true}
-	if err := d.add(fd, kindConn, c.id, epollConnFlags); err != nil {
+	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
 		unix.Close(fd)
 		d.logLimited("epoll-add", "registering connection", "error", err)
 		return
@@ -388,7 +375,7 @@ func (d *dispatcher) trusted(a netip.Addr) bool {
 
 // connEvent handles readiness of a parked or lingering connection. The
 // registration is one-shot, so it stays quiet until re-armed.
-func (d *dispatcher) connEvent(c *conn, events uint32, now time.Time) {
+func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 	c.armed = false
 	switch c.state {
 	case stateLinger:
@@ -398,7 +385,7 @@ func (d *dispatcher) connEvent(c *conn, events uint32, now time.Time) {
 	default:
 		return
 	}
-	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+	if ev.HangUp {
 		// The peer closed or reset. If nothing is left to read, close here
 		// rather than spend a worker round on it.
 		var b [1]byte
@@ -441,7 +428,7 @@ func (d *dispatcher) discard(c *conn) {
 }
 
 func (d *dispatcher) arm(c *conn) {
-	if err := d.mod(c.fd, kindConn, c.id, epollConnFlags); err != nil {
+	if err := d.mod(c.fd, kindConn, c.id, connInterest); err != nil {
 		d.logLimited("epoll-mod", "re-arming connection", "error", err)
 		d.closeConn(c)
 		return
@@ -488,7 +475,7 @@ func (d *dispatcher) pickWorker() *workerProc {
 	}
 	var best *workerProc
 	for _, w := range d.workers {
-		if w.state != workerReady || w.active >= d.cfg.Workers.Concurrency {
+		if w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
 			continue
 		}
 		if best == nil || w.active < best.active {
@@ -547,7 +534,7 @@ func (d *dispatcher) send(w *workerProc, f *proto.Frame, fd int) {
 	w.outq = append(w.outq, outFrame{f: f, fd: fd})
 	if !w.wantOut {
 		w.wantOut = true
-		d.mod(w.ch.FD(), kindWorker, uint64(w.slot)|w.gen<<16, unix.EPOLLIN|unix.EPOLLOUT)
+		d.mod(w.ch.FD(), kindWorker, w.token(), poll.In|poll.Out)
 	}
 }
 
@@ -567,7 +554,7 @@ func (d *dispatcher) flushOut(w *workerProc) {
 	}
 	w.outq = nil
 	w.wantOut = false
-	d.mod(w.ch.FD(), kindWorker, uint64(w.slot)|w.gen<<16, unix.EPOLLIN)
+	d.mod(w.ch.FD(), kindWorker, w.token(), poll.In)
 }
 
 // release gives back the slots a connection held at its worker.
@@ -730,7 +717,6 @@ func (d *dispatcher) stop(now time.Time) {
 		unix.Close(l.fd)
 	}
 	d.listeners = nil
-	d.s.listeners = nil
 	for _, c := range d.conns {
 		if c.state != stateAtWorker {
 			d.closeConn(c)

@@ -14,9 +14,11 @@ const listenBacklog = 4096
 
 // listener is one bound, non-blocking listening socket owned by the loop.
 type listener struct {
-	name string
-	fd   int
-	addr netip.AddrPort // the bound address (port filled in when 0 was asked)
+	id      uint64 // stable across reloads; the poller token
+	name    string
+	fd      int
+	cfgAddr netip.AddrPort // the address the configuration asked for
+	addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
 }
 
 // bindTCP creates a non-blocking, close-on-exec listening socket on addr.

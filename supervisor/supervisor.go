@@ -12,14 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -41,24 +42,29 @@ type Options struct {
 	WorkerPath string
 	// WorkerArgs are its arguments. Default: ["worker"].
 	WorkerArgs []string
+	// ConfigPath is the file Reload reads again; "" when the configuration
+	// is the built-in one, which cannot be reloaded.
+	ConfigPath string
 }
 
 // Supervisor runs gatehouse. Create it with New, then call Run once.
 type Supervisor struct {
-	cfg        *config.Config // immutable after New
-	opts       Options
-	log        hclog.Logger
-	workerArgs []string
+	opts  Options // immutable
+	log   hclog.Logger
+	start time.Time // immutable
 
-	attr        *syscall.SysProcAttr  // the workers' namespaces and credentials; immutable
-	spawnLayers []*proto.SandboxLayer // sandbox layers arranged at spawn; immutable
+	// reloadMu serialises Reload; it guards cfg and spec, which the loop
+	// also holds its own copies of.
+	reloadMu sync.Mutex
+	cfg      *config.Config
+	spec     *workerSpec
 
 	listeners []listener // bound in New; owned by the loop once Run starts
 
-	msgs  chan any // bounded queue of messages into the loop
-	efd   int      // eventfd that wakes the loop; immutable
-	ready chan struct{}
-	once  sync.Once
+	msgs   chan any     // bounded queue of messages into the loop
+	poller *poll.Poller // the loop's; Wake is safe from any goroutine
+	ready  chan struct{}
+	once   sync.Once
 
 	d *dispatcher // the loop's state; touched only by the loop goroutine
 }
@@ -73,33 +79,18 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	if opts.WorkerPath == "" {
 		opts.WorkerPath = "/proc/self/exe"
 	}
-	args := append([]string(nil), opts.WorkerArgs...)
-	if opts.WorkerArgs == nil {
-		args = []string{"worker"}
-	}
-	policy, err := sandboxPolicy(cfg)
+	spec, err := newWorkerSpec(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	// The namespaces are probed once; in strict mode a missing one stops
-	// gatehouse here, before it binds anything.
-	attr, missing, err := sandbox.SpawnAttr(policy)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
-	}
-	for _, l := range missing {
-		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
-	}
-	args = append(args, policy.Args()...)
 	s := &Supervisor{
-		cfg:         cfg,
-		opts:        opts,
-		log:         opts.Logger,
-		workerArgs:  args,
-		attr:        attr,
-		spawnLayers: spawnLayers(attr, missing),
-		msgs:        make(chan any, 1024),
-		ready:       make(chan struct{}),
+		cfg:   cfg,
+		opts:  opts,
+		log:   opts.Logger,
+		spec:  spec,
+		msgs:  make(chan any, 1024),
+		ready: make(chan struct{}),
+		start: time.Now(),
 	}
 	for _, l := range cfg.Listeners {
 		fd, bound, err := bindTCP(l.Address)
@@ -107,14 +98,12 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 			s.closeListeners()
 			return nil, fmt.Errorf("%w: listener %q: %w", ErrBind, l.Name, err)
 		}
-		s.listeners = append(s.listeners, listener{name: l.Name, fd: fd, addr: bound})
+		s.listeners = append(s.listeners, listener{id: uint64(len(s.listeners)), name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound})
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
+	if s.poller, err = poll.New(); err != nil {
 		s.closeListeners()
-		return nil, os.NewSyscallError("eventfd", err)
+		return nil, err
 	}
-	s.efd = efd
 	return s, nil
 }
 
@@ -158,10 +147,7 @@ func (s *Supervisor) post(m any) {
 	s.wake()
 }
 
-func (s *Supervisor) wake() {
-	var one = [8]byte{1}
-	unix.Write(s.efd, one[:])
-}
+func (s *Supervisor) wake() { s.poller.Wake() }
 
 // Snapshot asks the loop for a copy of its state.
 func (s *Supervisor) Snapshot(ctx context.Context) (Snapshot, error) {
@@ -180,9 +166,40 @@ func (s *Supervisor) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 }
 
-// spawnAttr is a copy of the workers' process attributes, one per spawn.
-func (s *Supervisor) spawnAttr() *syscall.SysProcAttr {
-	a := *s.attr
+// workerSpec is everything a worker is started with: the configuration its
+// Hello carries, its arguments and its process attributes. Immutable; a
+// reload makes a new one and workers of the old one are replaced.
+type workerSpec struct {
+	cfg    *config.Config
+	args   []string
+	attr   *syscall.SysProcAttr
+	layers []*proto.SandboxLayer // sandbox layers arranged at spawn
+}
+
+// newWorkerSpec derives the workers' spec from cfg. The namespaces are
+// probed here; in strict mode a missing one is an error (ErrSandbox).
+func newWorkerSpec(cfg *config.Config, opts Options) (*workerSpec, error) {
+	args := append([]string(nil), opts.WorkerArgs...)
+	if opts.WorkerArgs == nil {
+		args = []string{"worker"}
+	}
+	policy, err := sandboxPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	attr, missing, err := sandbox.SpawnAttr(policy)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	for _, l := range missing {
+		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
+	}
+	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawnLayers(attr, missing)}, nil
+}
+
+// procAttr is a copy of the process attributes, one per spawn.
+func (w *workerSpec) procAttr() *syscall.SysProcAttr {
+	a := *w.attr
 	return &a
 }
 
@@ -227,3 +244,24 @@ func spawnLayers(attr *syscall.SysProcAttr, missing []sandbox.Layer) []*proto.Sa
 type stopMsg struct{}
 
 type snapshotReq struct{ reply chan Snapshot }
+
+// Drain stops accepting, lets the workers finish their rounds (within
+// shutdown_grace) and makes Run return: the admin socket's drain.
+func (s *Supervisor) Drain() { s.post(stopMsg{}) }
+
+// SetLogLevel changes the log level at once: the supervisor's, and so the
+// level at which workers' lines are relayed.
+func (s *Supervisor) SetLogLevel(level string) error {
+	l := hclog.LevelFromString(level)
+	if l == hclog.NoLevel {
+		return fmt.Errorf("supervisor: unknown log level %q (trace, debug, info, warn, error)", level)
+	}
+	s.log.SetLevel(l)
+	return nil
+}
+
+// Started is when New ran.
+func (s *Supervisor) Started() time.Time { return s.start }
+
+// ConfigPath is the configuration file, or "" for the built-in one.
+func (s *Supervisor) ConfigPath() string { return s.opts.ConfigPath }

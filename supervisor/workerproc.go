@@ -37,11 +37,15 @@ func (s workerState) String() string { return workerStateNames[s] }
 
 // workerProc is one worker slot. Owned by the dispatcher loop.
 type workerProc struct {
-	slot  int    // index in Supervisor.workers; immutable
-	gen   uint64 // incremented per process; stale messages carry an old gen
+	slot  int         // unique per slot, kept across respawns; immutable
+	spec  *workerSpec // what it is started with; immutable
+	gen   uint64      // incremented per process; stale messages carry an old gen
 	state workerState
-	pid   int
-	proc  *os.Process
+	// retiring marks a worker to be replaced (reload, recycling): it serves
+	// until its replacement is ready, then drains and is not respawned.
+	retiring bool
+	pid      int
+	proc     *os.Process
 	// exited is true once the process (if any) has been reaped.
 	exited bool
 	ch     *ipc.Conn // nil while no process is attached
@@ -49,15 +53,17 @@ type workerProc struct {
 	// wantOut is true while EPOLLOUT is registered for outq.
 	wantOut bool
 
-	active   int // connections out at this worker
-	served   uint64
-	restarts int
-	started  time.Time
-	backoff  time.Duration
-	retryAt  time.Time // when dead: respawn no earlier than this
-	lastPong time.Time
-	pingSeq  uint64
-	layers   []*proto.SandboxLayer
+	active        int    // connections out at this worker
+	served        uint64 // requests answered, over every process of the slot
+	servedAtStart uint64 // served when the current process started
+	rounds        uint64 // rounds of the current process
+	restarts      int
+	started       time.Time
+	backoff       time.Duration
+	retryAt       time.Time // when dead: respawn no earlier than this
+	lastPong      time.Time
+	pingSeq       uint64
+	layers        []*proto.SandboxLayer
 }
 
 // outFrame is a frame that found the channel full, with the descriptor to send
@@ -89,7 +95,7 @@ type exitResult struct {
 // its exit to the loop. It runs on its own goroutine locked to its OS thread
 // for the child's whole life, because Pdeathsig fires when the creating thread
 // exits (golang/go#27505).
-func (s *Supervisor) spawnWorker(slot int, gen uint64) {
+func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
@@ -107,12 +113,12 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64) {
 	}
 	cmd := &exec.Cmd{
 		Path:        s.opts.WorkerPath,
-		Args:        append([]string{s.opts.WorkerPath}, s.workerArgs...),
+		Args:        append([]string{s.opts.WorkerPath}, spec.args...),
 		Env:         []string{},
 		Stdout:      pw,
 		Stderr:      pw,
 		ExtraFiles:  []*os.File{theirs}, // fd 3
-		SysProcAttr: s.spawnAttr(),
+		SysProcAttr: spec.procAttr(),
 	}
 	err = cmd.Start()
 	theirs.Close()
@@ -200,3 +206,12 @@ func relayLine(line []byte, log hclog.Logger) {
 	}
 	log.Log(level, msg, args...)
 }
+
+// token identifies this process of the slot to the poller: a stale event
+// for an earlier process of the same slot finds another generation.
+func (w *workerProc) token() uint64 { return uint64(w.slot)&slotMask | w.gen<<slotBits }
+
+const (
+	slotBits = 24
+	slotMask = 1<<slotBits - 1
+)

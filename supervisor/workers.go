@@ -3,12 +3,21 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"golang.org/x/sys/unix"
 )
+
+// newWorker makes a slot for a worker of the current spec, not yet started.
+func (d *dispatcher) newWorker() *workerProc {
+	w := &workerProc{slot: d.nextSlot, spec: d.spec, state: workerDead, exited: true}
+	d.nextSlot++
+	return w
+}
 
 // startWorker launches a process for slot w on its own goroutine.
 func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
@@ -16,14 +25,21 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.state = workerStarting
 	w.exited = false
 	w.started = now
-	go d.s.spawnWorker(w.slot, w.gen)
+	w.servedAtStart = w.served
+	w.rounds = 0
+	go d.s.spawnWorker(w.slot, w.gen, w.spec)
 }
 
 func (d *dispatcher) workerFor(slot int, gen uint64) *workerProc {
-	if slot < 0 || slot >= len(d.workers) || d.workers[slot].gen != gen {
-		return nil
+	for _, w := range d.workers {
+		if w.slot == slot {
+			if w.gen != gen {
+				return nil
+			}
+			return w
+		}
 	}
-	return d.workers[slot]
+	return nil
 }
 
 // spawned attaches a started process's channel, or schedules a retry.
@@ -44,7 +60,7 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 	}
 	w.ch, w.proc, w.pid = m.ch, m.proc, m.proc.Pid
 	w.lastPong = now
-	if err := d.add(w.ch.FD(), kindWorker, uint64(w.slot)|w.gen<<16, unix.EPOLLIN); err != nil {
+	if err := d.add(w.ch.FD(), kindWorker, w.token(), poll.In); err != nil {
 		d.killWorker(w, err.Error())
 		return
 	}
@@ -52,12 +68,13 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		d.killWorker(w, "shutting down")
 		return
 	}
+	cfg := w.spec.cfg
 	d.send(w, &proto.Frame{Body: &proto.Frame_Hello{Hello: &proto.Hello{
 		WorkerId:    uint32(w.slot),
-		Config:      d.cfg.Source,
-		ConfigName:  d.cfg.Filename,
-		Concurrency: uint32(d.cfg.Workers.Concurrency),
-		BaseDir:     d.cfg.BaseDir,
+		Config:      cfg.Source,
+		ConfigName:  cfg.Filename,
+		Concurrency: uint32(cfg.Workers.Concurrency),
+		BaseDir:     cfg.BaseDir,
 	}}}, -1)
 }
 
@@ -69,7 +86,7 @@ func (d *dispatcher) exited(m exitResult, now time.Time) {
 	}
 	w.exited = true
 	w.proc = nil
-	if d.stopping && m.signal == 0 && m.code == 0 {
+	if (d.stopping || w.state == workerDraining) && m.signal == 0 && m.code == 0 {
 		d.log.Info("worker exited", "worker", w.slot, "pid", w.pid)
 	} else {
 		d.c.workerDeaths++
@@ -79,15 +96,19 @@ func (d *dispatcher) exited(m exitResult, now time.Time) {
 		d.log.Error("worker died", "worker", w.slot, "pid", w.pid, "status", m.status)
 	}
 	d.workerGone(w, m.status, false)
+	if w.retiring && !d.stopping {
+		d.workers = slices.DeleteFunc(d.workers, func(x *workerProc) bool { return x == w })
+		d.roll(now)
+	}
 }
 
 // workerEvent handles readiness on a worker's channel.
-func (d *dispatcher) workerEvent(id uint64, events uint32, now time.Time) {
-	w := d.workerFor(int(id&0xffff), id>>16)
+func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
+	w := d.workerFor(int(id&slotMask), id>>slotBits)
 	if w == nil || w.ch == nil {
 		return
 	}
-	if events&unix.EPOLLOUT != 0 {
+	if ev.Writable {
 		d.flushOut(w)
 		if w.ch == nil {
 			return
@@ -131,9 +152,10 @@ func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 			return false
 		}
 		w.state = workerReady
-		w.layers = append(append([]*proto.SandboxLayer(nil), d.s.spawnLayers...), b.Ready.GetLayers()...)
+		w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), b.Ready.GetLayers()...)
 		d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
 		d.checkReady()
+		d.roll(now)
 		d.pump(nil, now)
 	case *proto.Frame_Done:
 		return d.done(w, b.Done, now)
@@ -170,7 +192,14 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	}
 	served := uint64(m.GetRequests() - c.requests)
 	w.served += served
+	w.rounds++
 	d.c.requests += served
+	if max := uint64(w.spec.cfg.Workers.MaxRoundsPerWorker); max > 0 && w.rounds >= max && !w.retiring {
+		// Recycled: replaced before it leaves.
+		w.retiring = true
+		d.log.Info("recycling worker", "worker", w.slot, "pid", w.pid, "rounds", w.rounds)
+		defer d.roll(now)
+	}
 	c.requests = m.GetRequests()
 	if c.fresh && c.requests > 0 {
 		c.fresh = false
@@ -245,10 +274,15 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 
 func (d *dispatcher) scheduleRespawn(w *workerProc, now time.Time) {
 	w.state = workerDead
-	if d.stopping {
+	if d.stopping || w.retiring {
 		return
 	}
 	switch {
+	case w.served == w.servedAtStart:
+		// Died before serving a request: likely a broken build or
+		// configuration, which respawning quickly cannot fix (Postfix
+		// throttles such a service the same way).
+		w.backoff = throttleDelay
 	case w.backoff == 0 || now.Sub(w.started) >= healthyUptime:
 		w.backoff = backoffMin
 	default:
@@ -258,10 +292,59 @@ func (d *dispatcher) scheduleRespawn(w *workerProc, now time.Time) {
 	w.retryAt = now.Add(w.backoff)
 }
 
+// roll moves the worker set toward the configuration: one new worker
+// starting at a time while fewer than workers.count are live, and retiring
+// workers kept serving only while they stand in for replacements that are
+// not ready yet; the rest drain, finish their rounds and exit.
+func (d *dispatcher) roll(now time.Time) {
+	if d.stopping {
+		return
+	}
+	target := d.cfg.Workers.Count
+	live, starting, ready := 0, 0, 0
+	var retiring []*workerProc
+	for _, w := range d.workers {
+		switch {
+		case w.retiring:
+			if w.state == workerReady || w.state == workerStarting {
+				retiring = append(retiring, w)
+			}
+		default:
+			live++
+			switch w.state {
+			case workerStarting:
+				starting++
+			case workerReady:
+				ready++
+			}
+		}
+	}
+	for i, w := range retiring {
+		if i < target-ready && w.state == workerReady {
+			continue // still standing in
+		}
+		d.drainWorker(w)
+	}
+	if starting == 0 && live < target {
+		w := d.newWorker()
+		d.workers = append(d.workers, w)
+		d.startWorker(w, now)
+	}
+}
+
+// drainWorker stops dispatching to w and asks it to finish and exit.
+func (d *dispatcher) drainWorker(w *workerProc) {
+	if w.ch == nil {
+		return
+	}
+	w.state = workerDraining
+	d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{}}}, -1)
+}
+
 // checkReady closes the Ready channel once every worker is ready.
 func (d *dispatcher) checkReady() {
 	for _, w := range d.workers {
-		if w.state != workerReady {
+		if w.state != workerReady && !w.retiring {
 			return
 		}
 	}

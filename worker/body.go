@@ -28,10 +28,11 @@ type body struct {
 	expect   bool
 	err      error // sticky
 	complete bool
+	length   int64 // declared length, -1 when chunked
 }
 
 func newBody(cs *connServer, h *httphead.Head, max int64, start time.Time) *body {
-	b := &body{cs: cs, max: max, start: start, expect: h.Expect100}
+	b := &body{cs: cs, max: max, start: start, expect: h.Expect100, length: h.ContentLength}
 	switch {
 	case h.Chunked:
 		b.r = httphead.NewChunkedReader(cs.br, httphead.Limits{})
@@ -101,6 +102,22 @@ func (b *body) drain(limit int64) bool {
 	}
 	n, err := io.Copy(io.Discard, io.LimitReader(b, limit+1))
 	return err == nil && n <= limit && b.complete
+}
+
+// drainable reports whether what remains of the body may be drained after
+// the response: known to be at most limit bytes, and not waiting for a 100
+// Continue it never got. A chunked remainder is unknown and is tried.
+func (b *body) drainable(limit int64) bool {
+	if b.complete {
+		return true
+	}
+	if b.err != nil || b.expect {
+		return false
+	}
+	if b.length >= 0 && b.length-b.n > limit {
+		return false
+	}
+	return true
 }
 
 // continue100 writes the interim response before the first body byte is read.

@@ -22,6 +22,7 @@ type response struct {
 	req    *http.Request
 	header http.Header
 	keep   bool // the connection stays open after this response
+	body   *body
 
 	status      int
 	wroteHeader bool // WriteHeader was called (or implied)
@@ -149,6 +150,11 @@ func (r *response) sendHeader(final bool) {
 	// Framing and connection management are the transport's, not the
 	// handler's (RFC 9112 §6, §9.6).
 	if strings.EqualFold(strings.TrimSpace(h.Get("Connection")), "close") {
+		r.keep = false
+	}
+	if r.body != nil && !r.body.drainable(drainMax) {
+		// The request body will not be read to its end: say so now
+		// rather than promise keep-alive and close (RFC 9110 §10.1.1).
 		r.keep = false
 	}
 	h.Del("Connection")

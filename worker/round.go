@@ -133,6 +133,25 @@ func (cs *connServer) release() {
 // pending reports how many input bytes are already held above the socket.
 func (cs *connServer) pending() int { return cs.br.Buffered() + cs.carried.Len() }
 
+// skipEmptyLines drops the empty lines a client may send after a request
+// (RFC 9112 §2.2: a server SHOULD ignore at least one before a request) when
+// they are all that is buffered, so that they do not start a round that then
+// waits for a head. Empty lines before a buffered request are left to the
+// head parser and its bound.
+func (cs *connServer) skipEmptyLines() {
+	n := cs.br.Buffered()
+	if n == 0 || n > 8 || cs.carried.Len() > 0 {
+		return
+	}
+	b, _ := cs.br.Peek(n)
+	for _, c := range b {
+		if c != '\r' && c != '\n' {
+			return
+		}
+	}
+	cs.br.Discard(n)
+}
+
 // leftover returns the held input, to carry back to the supervisor.
 func (cs *connServer) leftover() []byte {
 	b, _ := cs.br.Peek(cs.br.Buffered())
@@ -150,6 +169,7 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 		if !keep {
 			return disp, nil, cs.requests
 		}
+		cs.skipEmptyLines()
 		if cs.pending() == 0 {
 			return proto.Disposition_KEEP_ALIVE, nil, cs.requests
 		}
@@ -230,6 +250,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	}
 
 	rw := newResponse(cs, req, keep)
+	rw.body = body
 	if cs.w.preflight(req) {
 		cs.w.answerPreflight(rw, req)
 	} else {

@@ -47,7 +47,8 @@
 //	conflicting_content_length   400     Content-Length elements or lines with different values
 //	te_in_http10                 400     Transfer-Encoding in an HTTP/1.0 request
 //	te_and_cl                    400     Transfer-Encoding together with Content-Length
-//	unsupported_transfer_coding  501     Transfer-Encoding other than one field that is exactly "chunked"
+//	invalid_transfer_coding      400     Transfer-Encoding whose final coding is not chunked (RFC 9112 §6.3)
+//	unsupported_transfer_coding  501     chunked final but preceded by another coding, or repeated
 //	unsupported_expectation      417     Expect element other than 100-continue
 //
 // The chunked decoder adds:

@@ -36,6 +36,7 @@ const (
 	CodeTEAndCL              Code = "te_and_cl"
 	CodeTEInHTTP10           Code = "te_in_http10"
 	CodeUnsupportedTransfer  Code = "unsupported_transfer_coding"
+	CodeInvalidTransfer      Code = "invalid_transfer_coding"
 	CodeUnsupportedExpect    Code = "unsupported_expectation"
 	CodeInvalidChunk         Code = "invalid_chunk"
 	CodeInvalidChunkSize     Code = "invalid_chunk_size"

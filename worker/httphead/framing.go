@@ -27,12 +27,17 @@ func (h *Head) checkFraming() *Error {
 		if haveCL {
 			return newError(CodeTEAndCL, "both Transfer-Encoding and Content-Length")
 		}
-		// RFC 9112 §6.3 rule 4: chunked must be the final coding, and
-		// we decode no other coding (§6.1: 501). Like net/http and
-		// nginx, only a single field whose value is exactly "chunked"
-		// is accepted: "gzip, chunked", two fields, "identity", all 501.
+		// Like net/http and nginx, only a single field whose value is
+		// exactly "chunked" is accepted. RFC 9112 §6.3 rule 4: when
+		// chunked is not the final coding the body length cannot be
+		// determined: 400. When it is final but preceded by a coding we
+		// do not decode ("gzip, chunked", or chunked twice): 501 (§6.1).
 		if len(tes) != 1 || !asciiEqualFold(tes[0], "chunked") {
-			return newError(CodeUnsupportedTransfer, fmt.Sprintf("transfer coding %q", excerpt([]byte(strings.Join(tes, ", ")), 40)))
+			code := CodeInvalidTransfer
+			if finalChunked(tes) {
+				code = CodeUnsupportedTransfer
+			}
+			return newError(code, fmt.Sprintf("transfer coding %q", excerpt([]byte(strings.Join(tes, ", ")), 40)))
 		}
 		h.Chunked = true
 		h.ContentLength = -1
@@ -171,4 +176,23 @@ func forEachElement(v string, fn func(string)) {
 			fn(elem)
 		}
 	}
+}
+
+// finalChunked reports whether the last coding of the Transfer-Encoding
+// field values is chunked, ignoring empty list elements (RFC 9110 §5.6.1)
+// and transfer parameters.
+func finalChunked(values []string) bool {
+	for i := len(values) - 1; i >= 0; i-- {
+		elems := strings.Split(values[i], ",")
+		for j := len(elems) - 1; j >= 0; j-- {
+			e := elems[j]
+			if k := strings.IndexByte(e, ';'); k >= 0 {
+				e = e[:k]
+			}
+			if e = trimOWS(e); e != "" {
+				return asciiEqualFold(e, "chunked")
+			}
+		}
+	}
+	return false
 }

@@ -116,12 +116,12 @@ var headErrorTests = []struct {
 	{"TE and CL", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", "te_and_cl"},
 	{"CL and TE", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", "te_and_cl"},
 	{"TE gzip, chunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "unsupported_transfer_coding"},
-	{"TE chunked, gzip", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", "unsupported_transfer_coding"},
-	{"TE identity", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n", "unsupported_transfer_coding"},
-	{"TE xchunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", "unsupported_transfer_coding"},
+	{"TE chunked, gzip", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", "invalid_transfer_coding"},
+	{"TE identity", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n", "invalid_transfer_coding"},
+	{"TE xchunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", "invalid_transfer_coding"},
 	{"TE chunked twice", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "unsupported_transfer_coding"},
 	{"TE chunked with params", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked;q=1\r\n\r\n", "unsupported_transfer_coding"},
-	{"TE empty", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \r\n\r\n", "unsupported_transfer_coding"},
+	{"TE empty", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \r\n\r\n", "invalid_transfer_coding"},
 
 	// Expect.
 	{"Expect unknown", "POST / HTTP/1.1\r\nHost: x\r\nExpect: foo\r\n\r\n", "unsupported_expectation"},

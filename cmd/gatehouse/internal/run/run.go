@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -64,7 +65,7 @@ func Main(args []string, stderr io.Writer) int {
 		JSONFormat: cfg.Log.Format == "json",
 		Output:     stderr,
 	})
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log})
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, ConfigPath: *path})
 	if err != nil {
 		log.Error("starting", "error", err)
 		if errors.Is(err, supervisor.ErrBind) {
@@ -77,6 +78,20 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				// Errors are logged by Reload; the running configuration stays.
+				sup.Reload(ctx)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	if err := sup.Run(ctx); err != nil {
 		log.Error("stopped", "error", err)
 		return ExitError

@@ -1,0 +1,703 @@
+#!/usr/bin/env python3
+"""gatehouse benchmark driver (run by scripts/bench/run.sh, i.e. `make bench`).
+
+Starts gatehouse, a Go net/http server and nginx on 127.0.0.1, each answering
+"hello, world\n" (13 bytes), and measures them interleaved (A B C A B C ...):
+
+  throughput  wrk -t2 -c{64,256,1000} -d{D}s --latency, keep-alive and
+              Connection: close; requests/s, p50, p99
+  idle        RSS per connection while 10 000 connections are held (before
+              any request, and after one request each) and the CPU spent
+              holding them for 10 s
+  attack      a legitimate client's success rate and p50/p99 while
+              slowhttptest holds 4000 slowloris connections and 10 000 idle
+              connections are held, with a generous descriptor limit and
+              with ulimit -n 1024
+  ipc         the ipc package's hand-off benchmarks
+
+Every load targets 127.0.0.x, is bounded in count and time and stops by
+itself; every server started here is stopped when the driver exits.
+Results go to OUT/results.json (and TSV tables); gatehouse/nginx logs to OUT/logs.
+"""
+
+import argparse
+import atexit
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BODY = "hello, world\n"
+CLK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+PROCS = []  # every Popen we started, killed at exit
+
+
+def log(*a):
+    print("[bench %s]" % time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
+
+
+def kill_all():
+    for p in PROCS:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.time() + 5
+    for p in PROCS:
+        while p.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+atexit.register(kill_all)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+signal.signal(signal.SIGINT, lambda *a: sys.exit(130))
+
+
+def spawn(argv, cwd=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, nofile=None):
+    """Start argv in its own process group, optionally under ulimit -n nofile."""
+    if nofile:
+        argv = ["/bin/sh", "-c", 'ulimit -n %d && exec "$@"' % nofile, "sh"] + list(argv)
+    p = subprocess.Popen(argv, cwd=cwd, stdout=stdout, stderr=stderr, start_new_session=True)
+    PROCS.append(p)
+    return p
+
+
+# ---------------------------------------------------------------- /proc
+
+
+def children(pid):
+    out = []
+    for task in os.listdir("/proc/%d/task" % pid) if os.path.exists("/proc/%d/task" % pid) else []:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def rss_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_ticks(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+        fields = s[s.rindex(")") + 2:].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError):
+        return 0
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+        return s[s.rindex(")") + 2] != "Z"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- servers
+
+
+class Server:
+    name = ""
+
+    def __init__(self, port, tmp, logdir):
+        self.port, self.tmp, self.logdir = port, tmp, logdir
+        self.proc = None
+        self.addr = "127.0.0.1:%d" % port
+        self.starts = 0
+
+    def argv(self, nofile):
+        raise NotImplementedError
+
+    def start(self, nofile, tag):
+        self.starts += 1
+        self.logfile = os.path.join(self.logdir, "%s-%s.log" % (self.name, tag))
+        lf = open(self.logfile, "ab")
+        argv, cwd = self.argv(nofile)
+        self.proc = spawn(argv, cwd=cwd, stdout=lf, stderr=lf, nofile=nofile)
+        lf.close()
+        deadline = time.time() + 20
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited at start (status %s); see %s" % (self.name, self.proc.returncode, self.logfile))
+            try:
+                with urllib.request.urlopen("http://%s/" % self.addr, timeout=1) as r:
+                    if r.status == 200 and r.read().decode() == BODY:
+                        break
+            except Exception:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("%s does not answer on %s; see %s" % (self.name, self.addr, self.logfile))
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+    def main_pid(self):
+        # the shell wrapper execs, so the Popen pid is the server itself
+        return self.proc.pid
+
+    def pids(self):
+        """(main pid, [child pids]): supervisor and workers, master and workers."""
+        pid = self.main_pid()
+        return pid, children(pid)
+
+    def rss(self):
+        pid, kids = self.pids()
+        return rss_kb(pid), sum(rss_kb(k) for k in kids)
+
+    def cpu(self):
+        pid, kids = self.pids()
+        return cpu_ticks(pid) + sum(cpu_ticks(k) for k in kids)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        if self.proc is None:
+            return None
+        p, self.proc = self.proc, None
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        return p.returncode
+
+
+class Gatehouse(Server):
+    def __init__(self, port, tmp, logdir, binary, count, concurrency, name="gatehouse"):
+        super().__init__(port, tmp, logdir)
+        self.name, self.binary = name, binary
+        self.count, self.concurrency = count, concurrency
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        workers = ""
+        if count:
+            workers = "workers {\n  count       = %d\n  concurrency = %d\n}\n" % (count, concurrency)
+        with open(os.path.join(self.dir, "gatehouse.hcl"), "w") as f:
+            f.write('''# generated by scripts/bench/bench.py
+listener "http" {
+  address = "%s"
+}
+%s
+limits {
+  first_byte_timeout         = "60s"
+  keep_alive_idle_timeout    = "300s"
+  max_queued_connections     = 20000
+  keep_alive_max_connections = 20000
+  # wrk and slowhttptest connect from one address (127.0.0.1): let them all in
+  max_connections_per_client = 65535
+}
+route "/" {
+  respond {
+    status       = 200
+    body         = "hello, world\\n"
+    content_type = "text/plain; charset=utf-8"
+  }
+}
+log {
+  level = "warn"
+}
+''' % (self.addr, workers))
+
+    def argv(self, nofile):
+        return [self.binary, "-config", "gatehouse.hcl"], self.dir
+
+    def describe(self):
+        if self.count:
+            return "workers count=%d concurrency=%d" % (self.count, self.concurrency)
+        return "workers at their defaults (count=4 concurrency=8)"
+
+
+class NetHTTP(Server):
+    name = "nethttp"
+
+    def __init__(self, port, tmp, logdir, binary):
+        super().__init__(port, tmp, logdir)
+        self.binary = binary
+
+    def argv(self, nofile):
+        return [self.binary, "-addr", self.addr], None
+
+
+class Nginx(Server):
+    name = "nginx"
+
+    def __init__(self, port, tmp, logdir, generous_nofile):
+        super().__init__(port, tmp, logdir)
+        self.dir = os.path.join(tmp, "nginx")
+        os.makedirs(self.dir, exist_ok=True)
+        self.generous = generous_nofile
+
+    def conf(self, nofile):
+        path = os.path.join(self.dir, "nginx-%d.conf" % nofile)
+        # Under a small `ulimit -n` nginx keeps what the shell gave it: no
+        # worker_rlimit_nofile then (as root it would raise the limit itself).
+        rlimit = "worker_rlimit_nofile %d;" % nofile if nofile >= self.generous else ""
+        with open(path, "w") as f:
+            f.write('''# generated by scripts/bench/bench.py
+daemon off;
+master_process on;
+worker_processes auto;
+%(rlimit)s
+pid %(d)s/nginx.pid;
+error_log %(d)s/error.log warn;
+events {
+    worker_connections 20000;
+}
+http {
+    access_log off;
+    keepalive_timeout 300s;
+    keepalive_requests 1000;
+    client_header_timeout 30s;
+    client_body_temp_path %(d)s/client_body;
+    proxy_temp_path %(d)s/proxy;
+    fastcgi_temp_path %(d)s/fastcgi;
+    uwsgi_temp_path %(d)s/uwsgi;
+    scgi_temp_path %(d)s/scgi;
+    server {
+        listen %(addr)s backlog=4096;
+        default_type text/plain;
+        location / {
+            return 200 "hello, world\\n";
+        }
+    }
+}
+''' % {"d": self.dir, "addr": self.addr, "rlimit": rlimit})
+        return path
+
+    def argv(self, nofile):
+        return ["nginx", "-p", self.dir, "-c", self.conf(nofile)], self.dir
+
+
+# ---------------------------------------------------------------- wrk
+
+UNIT = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+
+def parse_dur(s):
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", s)
+    return float(m.group(1)) * UNIT[m.group(2)] if m else None
+
+
+def wrk(addr, conns, duration, close):
+    argv = ["wrk", "-t2", "-c%d" % conns, "-d%ds" % duration, "--latency", "--timeout", "10s"]
+    if close:
+        argv += ["-H", "Connection: close"]
+    argv.append("http://%s/" % addr)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60).stdout
+    r = {"rps": None, "p50_ms": None, "p99_ms": None, "non2xx": 0, "socket_errors": {}, "requests": None}
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("Requests/sec:"):
+            r["rps"] = float(line.split()[1])
+        elif line.startswith("50%"):
+            r["p50_ms"] = parse_dur(line.split()[1])
+        elif line.startswith("99%"):
+            r["p99_ms"] = parse_dur(line.split()[1])
+        elif line.startswith("Non-2xx"):
+            r["non2xx"] = int(line.split()[-1])
+        elif line.startswith("Socket errors:"):
+            for k, v in re.findall(r"(\w+) (\d+)", line[len("Socket errors:"):]):
+                r["socket_errors"][k] = int(v)
+        elif "requests in" in line:
+            r["requests"] = int(line.split()[0])
+    if r["rps"] is None:
+        r["raw"] = out
+    return r
+
+
+# ---------------------------------------------------------------- phases
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def phase_throughput(args, servers, res):
+    out = res.setdefault("throughput", [])
+    for s in servers:
+        s.start(args.nofile, "throughput")
+    try:
+        for rnd in range(args.rounds):
+            for close in (False, True):
+                for c in args.conns:
+                    order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
+                    for s in order:
+                        if close and getattr(s, "keepalive_only", False):
+                            continue
+                        pid, kids = s.pids()
+                        m0, k0 = cpu_ticks(pid), sum(cpu_ticks(k) for k in kids)
+                        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                        r = wrk(s.addr, c, args.duration, close)
+                        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                        pid2, kids2 = s.pids()
+                        if pid2 == pid:
+                            r["server_main_cpu_s"] = (cpu_ticks(pid) - m0) / CLK
+                            r["server_children_cpu_s"] = (sum(cpu_ticks(k) for k in kids2) - k0) / CLK if kids2 == kids else None
+                        r["wrk_cpu_s"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+                        r.update(server=s.name, conns=c, close=close, round=rnd, alive=s.alive())
+                        out.append(r)
+                        log("throughput round %d %s c=%d %s: %s req/s p50 %s p99 %s non2xx %d errors %s" % (
+                            rnd, "close" if close else "keep-alive", c, s.name, r["rps"], r["p50_ms"], r["p99_ms"],
+                            r["non2xx"], r["socket_errors"] or "-"))
+                        if not s.alive():
+                            log("!! %s died; restarting it" % s.name)
+                            s.start(args.nofile, "throughput")
+                        time.sleep(1)
+    finally:
+        for s in servers:
+            rc = s.stop()
+            log("%s stopped (status %s)" % (s.name, rc))
+
+
+def build_go(pkg, out):
+    subprocess.run(["go", "build", "-o", out, pkg], cwd=ROOT, check=True,
+                   env=dict(os.environ, CGO_ENABLED="0"))
+    return out
+
+
+def start_idle(args, addr, n, request, hold, first=10, addrs=50):
+    argv = [args.idle_bin, "-addr", addr, "-n", str(n), "-addrs", str(addrs), "-first", str(first),
+            "-hold", "%ds" % hold, "-open-timeout", "40s"]
+    if request:
+        argv.append("-request")
+    p = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    line = p.stdout.readline()  # blocks until every dial has finished (bounded by -open-timeout)
+    try:
+        ready = json.loads(line)
+    except ValueError:
+        ready = {"phase": "ready", "error": "no report: %r" % line}
+    return p, ready
+
+
+def finish_idle(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+    try:
+        out, _ = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+    for line in out.decode().splitlines():
+        try:
+            d = json.loads(line)
+            if d.get("phase") == "done":
+                return d
+        except ValueError:
+            pass
+    return {}
+
+
+def phase_idle(args, servers, res):
+    out = res.setdefault("idle", [])
+    n = args.idle_conns
+    for rnd in range(args.idle_rounds):
+        for request in (False, True):
+            order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
+            for s in order:
+                s.start(args.nofile, "idle")
+                try:
+                    time.sleep(1)
+                    base_main, base_kids = s.rss()
+                    p, ready = start_idle(args, s.addr, n, request, hold=120)
+                    time.sleep(2)
+                    t0 = s.cpu()
+                    time.sleep(args.idle_cpu_seconds)
+                    ticks = s.cpu() - t0
+                    held_main, held_kids = s.rss()
+                    done = finish_idle(p)
+                    opened = ready.get("opened", 0) or 0
+                    r = {
+                        "server": s.name, "round": rnd, "after_request": request, "wanted": n,
+                        "opened": opened, "answered": ready.get("answered"), "still_open": done.get("still_open"),
+                        "open_errors": ready.get("errors"),
+                        "base_main_kb": base_main, "base_children_kb": base_kids,
+                        "held_main_kb": held_main, "held_children_kb": held_kids,
+                        "main_bytes_per_conn": (held_main - base_main) * 1024.0 / opened if opened else None,
+                        "children_bytes_per_conn": (held_kids - base_kids) * 1024.0 / opened if opened else None,
+                        "total_bytes_per_conn": (held_main + held_kids - base_main - base_kids) * 1024.0 / opened if opened else None,
+                        "cpu_ms": ticks * 1000.0 / CLK, "cpu_seconds": args.idle_cpu_seconds,
+                        "alive": s.alive(),
+                    }
+                    out.append(r)
+                    log("idle round %d %s %s: opened %d still open %s; main %+d kB children %+d kB -> %.0f B/conn main, %.0f B/conn total; cpu %.0f ms in %ds" % (
+                        rnd, "after-request" if request else "no-request", s.name, opened, r["still_open"],
+                        held_main - base_main, held_kids - base_kids, r["main_bytes_per_conn"] or 0,
+                        r["total_bytes_per_conn"] or 0, r["cpu_ms"], args.idle_cpu_seconds))
+                finally:
+                    s.stop()
+                time.sleep(1)
+
+
+def established(port):
+    try:
+        out = subprocess.run(["ss", "-Htn", "state", "established", "( dport = :%d )" % port],
+                             capture_output=True, text=True, timeout=10).stdout
+        return len(out.splitlines())
+    except Exception:
+        return None
+
+
+def legit(args, addr, duration, src="127.0.0.3"):
+    argv = [args.legit_bin, "-addr", addr, "-src", src, "-duration", "%ds" % duration,
+            "-timeout", "3s", "-pause", "10ms"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60).stdout
+    return json.loads(out)
+
+
+def phase_attack(args, servers, res):
+    out = res.setdefault("attack", [])
+    for nofile in (args.nofile, 1024):
+        for s in servers:
+            s.start(nofile, "attack-nofile%d" % nofile)
+            slow = idle = None
+            try:
+                time.sleep(1)
+                base = legit(args, s.addr, args.attack_seconds)
+                log("attack nofile=%d %s unloaded: %d/%d ok p50 %.2f p99 %.2f" % (
+                    nofile, s.name, base["ok"], base["sent"], base["p50_ms"], base["p99_ms"]))
+                idle, ready = start_idle(args, s.addr, args.idle_conns, True, hold=600, first=10, addrs=50)
+                log("attack nofile=%d %s: idle connections opened %s of %d (answered %s) errors %s" % (
+                    nofile, s.name, ready.get("opened"), args.idle_conns, ready.get("answered"), ready.get("errors")))
+                dur = args.attack_seconds + 25
+                slow_out = open(os.path.join(args.out, "logs", "slowhttptest-%s-%d.out" % (s.name, nofile)), "wb")
+                slow = spawn(["timeout", "-k", "5", str(dur + 30), "slowhttptest", "-H", "-c", str(args.attack_conns),
+                              "-r", "1000", "-i", "10", "-x", "24", "-p", "3", "-l", str(dur),
+                              "-u", "http://%s/" % s.addr], stdout=slow_out, stderr=slow_out)
+                slow_out.close()
+                time.sleep(8)
+                held_start = established(s.port)
+                under = legit(args, s.addr, args.attack_seconds)
+                held_end = established(s.port)
+                rss_main, rss_kids = s.rss()
+                r = {"server": s.name, "nofile": nofile, "unloaded": base, "attacked": under,
+                     "idle_ready": ready, "client_side_established_at_start": held_start,
+                     "client_side_established_at_end": held_end, "alive": s.alive(),
+                     "rss_main_kb": rss_main, "rss_children_kb": rss_kids}
+                out.append(r)
+                log("attack nofile=%d %s attacked: %d/%d ok p50 %.2f p99 %.2f errors %s; established %s -> %s; alive %s" % (
+                    nofile, s.name, under["ok"], under["sent"], under["p50_ms"], under["p99_ms"],
+                    under.get("errors"), held_start, held_end, r["alive"]))
+            finally:
+                if slow is not None and slow.poll() is None:
+                    os.killpg(slow.pid, signal.SIGTERM)
+                    slow.wait()
+                if idle is not None:
+                    d = finish_idle(idle)
+                    if out and out[-1]["server"] == s.name and out[-1]["nofile"] == nofile:
+                        out[-1]["idle_done"] = d
+                s.stop()
+            time.sleep(2)
+
+
+def phase_profile(args, gh, res):
+    """Where gatehouse's time goes under wrk -c64 keep-alive: CPU seconds per
+    process, and perf (cpu-clock, call graphs) of the supervisor and the workers."""
+    prof = res.setdefault("profile", {})
+    if not shutil.which("perf"):
+        prof["error"] = "perf not installed"
+        return
+    gh.start(args.nofile, "profile")
+    logdir = os.path.join(args.out, "logs")
+    try:
+        pid, kids = gh.pids()
+        w = spawn(["wrk", "-t2", "-c64", "-d12s", "--latency", "http://%s/" % gh.addr], stdout=subprocess.PIPE)
+        time.sleep(1)
+        t0 = {p: cpu_ticks(p) for p in [pid] + kids}
+        perfs = []
+        for tag, target in (("supervisor", [pid]), ("workers", kids)):
+            data = os.path.join(logdir, "perf-%s.data" % tag)
+            perfs.append((tag, data, spawn(["perf", "record", "-e", "cpu-clock", "-F", "499", "-g",
+                                            "-p", ",".join(str(x) for x in target), "-o", data, "--", "sleep", "8"],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        for tag, data, p in perfs:
+            p.wait(60)
+        t1 = {p: cpu_ticks(p) for p in [pid] + kids}
+        out, _ = w.communicate(timeout=60)
+        prof["wrk"] = out.decode()
+        prof["cpu_seconds_over_8s"] = {("supervisor" if p == pid else "worker %d" % p): (t1[p] - t0[p]) / CLK for p in t0}
+        for tag, data, _ in perfs:
+            rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
+                                  "--sort", "dso,symbol", "--percent-limit", "0.7"],
+                                 capture_output=True, text=True, timeout=300)
+            txt = "\n".join(l for l in rep.stdout.splitlines() if l and not l.startswith("#"))
+            with open(os.path.join(logdir, "perf-%s.txt" % tag), "w") as f:
+                f.write(rep.stdout + rep.stderr)
+            prof["perf_" + tag] = txt[:6000]
+            log("perf %s top:\n%s" % (tag, "\n".join(txt.splitlines()[:15])))
+        log("cpu seconds over 8 s under wrk -c64: %s" % prof["cpu_seconds_over_8s"])
+    finally:
+        gh.stop()
+
+
+def phase_ipc(args, res):
+    argv = ["go", "test", "-run", "^$", "-bench", "DispatchFD|RoundTrip|BatchedFDs",
+            "-benchtime=%s" % args.ipc_benchtime, "-count", str(args.rounds), "./ipc/"]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, CGO_ENABLED="0"))
+    with open(os.path.join(args.out, "logs", "ipc-bench.txt"), "w") as f:
+        f.write(p.stdout + p.stderr)
+    rows = []
+    for line in p.stdout.splitlines():
+        if not line.startswith("Benchmark"):
+            continue
+        parts = line.split()
+        row = {"name": re.sub(r"-\d+$", "", parts[0]), "iterations": int(parts[1])}
+        for i in range(2, len(parts) - 1, 2):
+            try:
+                row[parts[i + 1]] = float(parts[i])
+            except ValueError:
+                pass
+        rows.append(row)
+        log("ipc %s" % line)
+    res["ipc"] = {"command": " ".join(argv), "rows": rows, "status": p.returncode}
+
+
+def machine():
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip() + \
+                subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stderr.strip()
+        except Exception as e:
+            return str(e)
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "nproc": os.cpu_count(),
+        "cpu": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip(),
+        "kernel": os.uname().release,
+        "go": subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip(),
+        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip(),
+        "wrk": sh("wrk -v 2>&1 | head -1"),
+        "slowhttptest": sh("dpkg-query -W -f '${Version}' slowhttptest 2>/dev/null"),
+        "nofile_hard": sh("ulimit -Hn"),
+        "loadavg_start": open("/proc/loadavg").read().strip(),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--gatehouse", default=os.path.join(ROOT, "bin", "gatehouse"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--conns", default="64,256,1000")
+    ap.add_argument("--phases", default="throughput,profile,idle,attack,ipc")
+    ap.add_argument("--workers", default="2x64", help="gatehouse workers as COUNTxCONCURRENCY, or 'default'")
+    ap.add_argument("--compare-default-workers", action="store_true",
+                    help="also measure keep-alive throughput with gatehouse's default workers (4x8)")
+    ap.add_argument("--nofile", type=int, default=0, help="servers' generous descriptor limit (default: hard limit)")
+    ap.add_argument("--idle-conns", type=int, default=10000)
+    ap.add_argument("--idle-rounds", type=int, default=3)
+    ap.add_argument("--idle-cpu-seconds", type=int, default=10)
+    ap.add_argument("--attack-conns", type=int, default=4000)
+    ap.add_argument("--attack-seconds", type=int, default=20)
+    ap.add_argument("--ipc-benchtime", default="2s")
+    ap.add_argument("--port-base", type=int, default=18081)
+    args = ap.parse_args()
+    args.conns = [int(c) for c in args.conns.split(",")]
+    if not args.nofile:
+        import resource
+        args.nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if args.nofile == resource.RLIM_INFINITY or args.nofile > 1048576:
+            args.nofile = 1048576
+    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="gatehouse-bench-")
+    os.chmod(tmp, 0o755)
+    atexit.register(shutil.rmtree, tmp, True)
+    logdir = os.path.join(args.out, "logs")
+
+    log("building the net/http server and the clients")
+    nethttp_bin = build_go("./scripts/bench/nethttp", os.path.join(tmp, "nethttp"))
+    args.idle_bin = build_go("./scripts/bench/idle", os.path.join(tmp, "idle"))
+    args.legit_bin = build_go("./scripts/bench/legit", os.path.join(tmp, "legit"))
+
+    if args.workers == "default":
+        count = conc = 0
+    else:
+        count, conc = (int(x) for x in args.workers.split("x"))
+    gh = Gatehouse(args.port_base, tmp, logdir, args.gatehouse, count, conc)
+    nh = NetHTTP(args.port_base + 1, tmp, logdir, nethttp_bin)
+    ng = Nginx(args.port_base + 2, tmp, logdir, args.nofile)
+    servers = [gh, nh, ng]
+
+    res = {"machine": machine(), "config": {
+        "rounds": args.rounds, "duration_s": args.duration, "conns": args.conns,
+        "gatehouse_workers": gh.describe(), "servers_nofile": args.nofile,
+        "idle_conns": args.idle_conns, "idle_rounds": args.idle_rounds,
+        "attack_conns": args.attack_conns, "attack_seconds": args.attack_seconds,
+        "ports": {s.name: s.port for s in servers},
+    }}
+    path = os.path.join(args.out, "results.json")
+
+    def save():
+        res["machine"]["loadavg_end"] = open("/proc/loadavg").read().strip()
+        with open(path + ".tmp", "w") as f:
+            json.dump(res, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+    phases = args.phases.split(",")
+    try:
+        if "throughput" in phases:
+            tp = servers
+            if args.compare_default_workers:
+                g2 = Gatehouse(args.port_base + 3, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-4x8")
+                g2.keepalive_only = True
+                tp = servers + [g2]
+                res["config"]["ports"][g2.name] = g2.port
+            phase_throughput(args, tp, res)
+            save()
+        if "idle" in phases:
+            phase_idle(args, servers, res)
+            save()
+        if "attack" in phases:
+            phase_attack(args, servers, res)
+            save()
+        if "profile" in phases:
+            phase_profile(args, gh, res)
+            save()
+        if "ipc" in phases:
+            phase_ipc(args, res)
+            save()
+    finally:
+        save()
+        log("results in %s" % path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# scripts/bench/run.sh — what `make bench` runs (never part of `make test`).
+#
+# Installs wrk, nginx and slowhttptest when missing (Debian packages; needs
+# root), raises the descriptor limit, then runs bench.py: gatehouse, a Go
+# net/http server and nginx on 127.0.0.1:18081-18084, measured interleaved;
+# then the slowloris acceptance script; then draws the charts.
+#
+# Results: scripts/bench/results/<UTC time>/ (results.json, slowloris.jsonl,
+# logs/), and docs/bench/{results.json,latency.svg,attack.svg}.
+#
+# Environment:
+#   GATEHOUSE_BIN   binary to measure (default bin/gatehouse, which `make bench` builds)
+#   BENCH_ARGS      extra bench.py flags, e.g. "--rounds 3 --duration 10 --phases throughput"
+#   BENCH_OUT       results directory (default scripts/bench/results/<UTC time>)
+#   SKIP_SLOWLORIS  set to 1 to skip scripts/slowloris.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+export CGO_ENABLED=0
+
+need=()
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v nginx >/dev/null 2>&1 || need+=(nginx)
+command -v slowhttptest >/dev/null 2>&1 || need+=(slowhttptest)
+command -v ss >/dev/null 2>&1 || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "[bench] installing ${need[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v python3 >/dev/null 2>&1 || { echo "[bench] python3 is required" >&2; exit 1; }
+
+GATEHOUSE_BIN=${GATEHOUSE_BIN:-$ROOT/bin/gatehouse}
+[ -x "$GATEHOUSE_BIN" ] || make build
+OUT=${BENCH_OUT:-$ROOT/scripts/bench/results/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT"
+# Measure a copy: others may rebuild bin/gatehouse during a 30-minute run.
+cp "$GATEHOUSE_BIN" "$OUT/gatehouse"
+GATEHOUSE_BIN=$OUT/gatehouse
+sha256sum "$GATEHOUSE_BIN" >"$OUT/gatehouse.sha256"
+
+# The harness's own descriptors (the idle clients hold 10 000): as many as
+# the hard limit allows (raising the hard limit needs CAP_SYS_RESOURCE).
+ulimit -n 100000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+echo "[bench] descriptor limit $(ulimit -n); results in $OUT" >&2
+
+# bench.py stops every server it starts (atexit, SIGTERM/SIGINT); the trap
+# covers run.sh being interrupted between steps.
+PY_PID=""
+cleanup() {
+  rc=$?
+  [ -n "$PY_PID" ] && kill -TERM "$PY_PID" 2>/dev/null && wait "$PY_PID" 2>/dev/null
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# shellcheck disable=SC2086
+python3 scripts/bench/bench.py --out "$OUT" --gatehouse "$GATEHOUSE_BIN" ${BENCH_ARGS:-} &
+PY_PID=$!
+wait "$PY_PID"
+PY_PID=""
+
+if [ "${SKIP_SLOWLORIS:-0}" != 1 ]; then
+  echo "[bench] scripts/slowloris.sh (gatehouse defaults, 1000 connections per mode)" >&2
+  ./scripts/slowloris.sh -b "$GATEHOUSE_BIN" -p 18085 -l 35 -j "$OUT/slowloris.jsonl" | tee "$OUT/slowloris.txt" || \
+    echo "[bench] slowloris.sh failed (see $OUT/slowloris.txt)" >&2
+fi
+
+python3 scripts/bench/charts.py "$OUT" "$ROOT/docs/bench"
+cp "$OUT/results.json" "$ROOT/docs/bench/results.json"
+[ -f "$OUT/slowloris.jsonl" ] && cp "$OUT/slowloris.jsonl" "$ROOT/docs/bench/slowloris.jsonl"
+echo "[bench] done: $OUT, docs/bench/" >&2

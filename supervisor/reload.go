@@ -1,0 +1,179 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoConfigFile is returned by Reload when gatehouse runs on its built-in
+// configuration.
+var ErrNoConfigFile = errors.New("supervisor: no configuration file to reload")
+
+// reloadMsg carries a validated configuration into the loop.
+type reloadMsg struct {
+	spec  *workerSpec
+	added []listener // bound for addresses the old configuration lacked
+	reply chan error
+}
+
+// Reload reads the configuration file again (SIGHUP). An invalid file keeps
+// the running configuration; every error is logged and returned. What the
+// dispatcher enforces changes at once; workers are replaced one at a time
+// when what they were started with changed, without dropping a parked or an
+// in-flight connection. Listeners are bound and closed to match the file.
+func (s *Supervisor) Reload(ctx context.Context) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.opts.ConfigPath == "" {
+		return ErrNoConfigFile
+	}
+	cfg, err := config.Load(s.opts.ConfigPath)
+	if err != nil {
+		s.log.Error("reload failed; keeping the running configuration", "error", err)
+		return err
+	}
+	spec, err := newWorkerSpec(cfg, s.opts)
+	if err != nil {
+		s.log.Error("reload failed; keeping the running configuration", "error", err)
+		return err
+	}
+	var added []listener
+	for _, l := range cfg.Listeners {
+		if slices.ContainsFunc(s.cfg.Listeners, func(o config.Listener) bool { return o.Address == l.Address }) {
+			continue
+		}
+		fd, bound, err := bindTCP(l.Address)
+		if err != nil {
+			for _, a := range added {
+				unix.Close(a.fd)
+			}
+			err = fmt.Errorf("%w: listener %q: %w", ErrBind, l.Name, err)
+			s.log.Error("reload failed; keeping the running configuration", "error", err)
+			return err
+		}
+		added = append(added, listener{name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound})
+	}
+	reply := make(chan error, 1)
+	select {
+	case s.msgs <- reloadMsg{spec: spec, added: added, reply: reply}:
+		s.wake()
+	case <-ctx.Done():
+		for _, a := range added {
+			unix.Close(a.fd)
+		}
+		return ctx.Err()
+	}
+	if err := <-reply; err != nil {
+		return err
+	}
+	s.cfg, s.spec = cfg, spec
+	s.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
+	s.log.Info("configuration reloaded", "file", s.opts.ConfigPath)
+	return nil
+}
+
+// reload applies a new configuration in the loop.
+func (d *dispatcher) reload(m reloadMsg, now time.Time) {
+	if d.stopping {
+		for _, l := range m.added {
+			unix.Close(l.fd)
+		}
+		m.reply <- errors.New("supervisor: shutting down")
+		return
+	}
+	old := d.cfg
+	d.cfg, d.spec = m.spec.cfg, m.spec
+	d.pool, d.share = d.cfg.Workers.Pool(), d.cfg.Workers.Share()
+	for _, cl := range d.clients {
+		cl.trusted = d.trusted(cl.key)
+	}
+	d.reloadListeners(m.added)
+
+	if workersNeedReplacing(old, d.cfg) {
+		for _, w := range d.workers {
+			w.retiring = true
+		}
+	} else {
+		// Same workers, maybe fewer: retire the newest extras. Workers
+		// keep their spec; new ones get the new (equivalent) one.
+		live := 0
+		for _, w := range d.workers {
+			if !w.retiring {
+				live++
+				if live > d.cfg.Workers.Count {
+					w.retiring = true
+				}
+			}
+		}
+	}
+	d.roll(now)
+	d.pump(nil, now)
+	d.log.Info("reloaded", "workers", d.cfg.Workers.Count, "pool", d.pool, "share", d.share)
+	m.reply <- nil
+}
+
+// reloadListeners closes the listeners the new configuration dropped and
+// arms the ones bound for it.
+func (d *dispatcher) reloadListeners(added []listener) {
+	keep := d.listeners[:0]
+	for _, l := range d.listeners {
+		if slices.ContainsFunc(d.cfg.Listeners, func(c config.Listener) bool { return c.Address == l.cfgAddr }) {
+			keep = append(keep, l)
+			continue
+		}
+		if d.acceptArmed {
+			d.del(l.fd)
+		}
+		unix.Close(l.fd)
+		d.log.Info("listener closed", "listener", l.name, "address", l.addr)
+	}
+	d.listeners = keep
+	for _, l := range added {
+		d.nextListener++
+		l.id = d.nextListener
+		d.listeners = append(d.listeners, l)
+		if d.acceptArmed {
+			if err := d.add(l.fd, kindListener, l.id, poll.In); err != nil {
+				d.log.Error("arming listener", "listener", l.name, "error", err)
+			}
+		}
+		d.log.Info("listening", "listener", l.name, "address", l.addr)
+	}
+}
+
+// workerView is what a worker is started with: a change in any of it needs
+// new workers.
+type workerView struct {
+	Routes      []config.Route
+	Concurrency int
+	Rounds      int64
+	Body        int64
+	Write       time.Duration
+	Idle        time.Duration
+	Sandbox     config.Sandbox
+	User        string
+	CORS        *config.CORS
+	Log         config.Log
+	BaseDir     string
+}
+
+func viewOf(c *config.Config) workerView {
+	return workerView{
+		Routes: c.Routes, Concurrency: c.Workers.Concurrency, Rounds: c.Workers.MaxRoundsPerWorker,
+		Body: c.Limits.MaxBodyBytes, Write: c.Limits.WriteTimeout, Idle: c.Limits.KeepAliveIdleTimeout,
+		Sandbox: c.Sandbox, User: c.User, CORS: c.CORS, Log: c.Log, BaseDir: c.BaseDir,
+	}
+}
+
+func workersNeedReplacing(a, b *config.Config) bool {
+	return !reflect.DeepEqual(viewOf(a), viewOf(b))
+}
