@@ -292,7 +292,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			d.pauseAccept(now, "descriptor reserve reached and no idle connection to close")
 			return
 		}
-		fd, sa, err := unix.Accept4(l.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		fd, sa, err := accept(l.fd)
 		switch err {
 		case nil:
 		case unix.EAGAIN:

@@ -1,0 +1,29 @@
+//go:build !linux
+
+package supervisor
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// accept takes one connection and makes it non-blocking and close-on-exec.
+// x/sys offers no accept4 here, so the two steps run under ForkLock, as the
+// standard library does, so that no fork in between inherits the descriptor.
+func accept(lfd int) (int, unix.Sockaddr, error) {
+	syscall.ForkLock.RLock()
+	fd, sa, err := unix.Accept(lfd)
+	if err == nil {
+		unix.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return -1, nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, sa, nil
+}
