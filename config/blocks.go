@@ -75,7 +75,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "mode"}, {Name: "seccomp_action"}, {Name: "chroot"}},
 	}
 	logSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "format"}, {Name: "level"}},
+		Attributes: []hcl.AttributeSchema{{Name: "format"}, {Name: "level"}, {Name: "access_log"}, {Name: "log_client_addresses"}},
 	}
 )
 
@@ -142,6 +142,8 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 		attrs := d.attrs(b, logSchema)
 		enumAttr(d, attrs, "format", "log.format", []string{"text", "json"}, &cfg.Log.Format)
 		enumAttr(d, attrs, "level", "log.level", []string{"trace", "debug", "info", "warn", "error"}, &cfg.Log.Level)
+		boolAttr(d, attrs, "access_log", "log.access_log", &cfg.Log.AccessLog)
+		boolAttr(d, attrs, "log_client_addresses", "log.log_client_addresses", &cfg.Log.ClientAddresses)
 	}
 }
 

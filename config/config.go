@@ -159,4 +159,9 @@ type Sandbox struct {
 type Log struct {
 	Format string // "text" (default) or "json"
 	Level  string // "trace", "debug", "info" (default), "warn", "error"
+	// AccessLog writes a line per request (default true).
+	AccessLog bool
+	// ClientAddresses logs client keys whole; false masks them to /24
+	// (IPv4) or /48 (IPv6). Default true.
+	ClientAddresses bool
 }

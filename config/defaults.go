@@ -63,7 +63,7 @@ func defaults() Config {
 			IPCMaxInFlightRequests:  DefaultIPCMaxInFlightRequests,
 		},
 		Sandbox:                Sandbox{Mode: "strict", SeccompAction: "kill"},
-		Log:                    Log{Format: "text", Level: "info"},
+		Log:                    Log{Format: "text", Level: "info", AccessLog: true, ClientAddresses: true},
 		IPv6ClientPrefixLength: DefaultIPv6ClientPrefixLength,
 	}
 }

@@ -627,7 +627,10 @@ type Done struct {
 	// kept is true when the worker kept its descriptor (affinity).
 	Kept bool `protobuf:"varint,5,opt,name=kept,proto3" json:"kept,omitempty"`
 	// outcome says how the round ended, for the supervisor's counters.
-	Outcome       Outcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=gatehouse.v1.Outcome" json:"outcome,omitempty"`
+	Outcome Outcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=gatehouse.v1.Outcome" json:"outcome,omitempty"`
+	// responses are the responses of this round, in order (at most a few:
+	// a round serves the pipelined requests already buffered).
+	Responses     []*Response `protobuf:"bytes,7,rep,name=responses,proto3" json:"responses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -704,6 +707,67 @@ func (x *Done) GetOutcome() Outcome {
 	return Outcome_OK
 }
 
+func (x *Done) GetResponses() []*Response {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
+// Response is one answered request, for the supervisor's metrics.
+type Response struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status uint32                 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	// micros is the time from the head's first byte to the response's end.
+	Micros        uint64 `protobuf:"varint,2,opt,name=micros,proto3" json:"micros,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Response) Reset() {
+	*x = Response{}
+	mi := &file_gatehouse_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Response) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Response) ProtoMessage() {}
+
+func (x *Response) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Response.ProtoReflect.Descriptor instead.
+func (*Response) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Response) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *Response) GetMicros() uint64 {
+	if x != nil {
+		return x.Micros
+	}
+	return 0
+}
+
 type Ping struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -713,7 +777,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +789,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +802,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+	return file_gatehouse_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -758,7 +822,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +834,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +847,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{7}
+	return file_gatehouse_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -809,7 +873,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +885,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +898,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{8}
+	return file_gatehouse_proto_rawDescGZIP(), []int{9}
 }
 
 var File_gatehouse_proto protoreflect.FileDescriptor
@@ -875,14 +939,18 @@ const file_gatehouse_proto_rawDesc = "" +
 	"client_key\x18\x05 \x01(\tR\tclientKey\x12\x18\n" +
 	"\acarried\x18\x06 \x01(\fR\acarried\x12\x1a\n" +
 	"\brequests\x18\a \x01(\rR\brequests\x12,\n" +
-	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\"\xd7\x01\n" +
+	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\"\x8d\x02\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +
 	"\acarried\x18\x03 \x01(\fR\acarried\x12\x1a\n" +
 	"\brequests\x18\x04 \x01(\rR\brequests\x12\x12\n" +
 	"\x04kept\x18\x05 \x01(\bR\x04kept\x12/\n" +
-	"\aoutcome\x18\x06 \x01(\x0e2\x15.gatehouse.v1.OutcomeR\aoutcome\"\x18\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x15.gatehouse.v1.OutcomeR\aoutcome\x124\n" +
+	"\tresponses\x18\a \x03(\v2\x16.gatehouse.v1.ResponseR\tresponses\":\n" +
+	"\bResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\rR\x06status\x12\x16\n" +
+	"\x06micros\x18\x02 \x01(\x04R\x06micros\"\x18\n" +
 	"\x04Ping\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"0\n" +
 	"\x04Pong\x12\x10\n" +
@@ -917,7 +985,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),     // 0: gatehouse.v1.Disposition
 	(Outcome)(0),         // 1: gatehouse.v1.Outcome
@@ -927,26 +995,28 @@ var file_gatehouse_proto_goTypes = []any{
 	(*Ready)(nil),        // 5: gatehouse.v1.Ready
 	(*Dispatch)(nil),     // 6: gatehouse.v1.Dispatch
 	(*Done)(nil),         // 7: gatehouse.v1.Done
-	(*Ping)(nil),         // 8: gatehouse.v1.Ping
-	(*Pong)(nil),         // 9: gatehouse.v1.Pong
-	(*Drain)(nil),        // 10: gatehouse.v1.Drain
+	(*Response)(nil),     // 8: gatehouse.v1.Response
+	(*Ping)(nil),         // 9: gatehouse.v1.Ping
+	(*Pong)(nil),         // 10: gatehouse.v1.Pong
+	(*Drain)(nil),        // 11: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
 	3,  // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
 	5,  // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
 	6,  // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
 	7,  // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	8,  // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	9,  // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	10, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	9,  // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	10, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	11, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
 	4,  // 7: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
 	0,  // 8: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
 	1,  // 9: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 10: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -969,7 +1039,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,6 +1,10 @@
 package supervisor
 
 import (
+	"slices"
+	"strconv"
+
+	"golang.org/x/sys/unix"
 	"strings"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
@@ -36,6 +40,37 @@ type counters struct {
 	workerDeathsBySignal map[syscall.Signal]uint64
 	workerKills          uint64
 	outcomes             [5]uint64 // by proto.Outcome
+	byClass              [6]uint64 // responses by status class; [0] counts statuses out of range
+	latency              histogram
+}
+
+// LatencyBuckets are the upper bounds, in seconds, of the request latency
+// histogram.
+var LatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// histogram counts observations per bucket of LatencyBuckets (not
+// cumulative), with one more bucket for +Inf.
+type histogram struct {
+	counts [16]uint64
+	sum    float64 // seconds
+	n      uint64
+}
+
+// observe records one response reported by a worker.
+func (c *counters) observe(status uint32, micros uint64) {
+	class := int(status / 100)
+	if class < 1 || class > 5 {
+		class = 0
+	}
+	c.byClass[class]++
+	secs := float64(micros) / 1e6
+	i := 0
+	for i < len(LatencyBuckets) && secs > LatencyBuckets[i] {
+		i++
+	}
+	c.latency.counts[i]++
+	c.latency.sum += secs
+	c.latency.n++
 }
 
 // Snapshot is a copy of the dispatcher's state at one moment.
@@ -52,6 +87,22 @@ type Snapshot struct {
 	Counters  map[string]uint64
 	Stopping  bool
 	Listeners []netip.AddrPort
+	// Responses counts responses by status class: "1xx" … "5xx", and
+	// "other" for a status out of range.
+	Responses map[string]uint64
+	// Latency is the request latency histogram: Counts[i] responses took at
+	// most LatencyBuckets[i] seconds and more than the bucket before;
+	// Counts[len(LatencyBuckets)] took longer than the last bound.
+	Latency LatencyHistogram
+	// DeathsBySignal counts worker deaths by the signal that ended them.
+	DeathsBySignal map[string]uint64
+}
+
+// LatencyHistogram is a snapshot of the request latency histogram.
+type LatencyHistogram struct {
+	Counts []uint64
+	Sum    float64 // seconds
+	Count  uint64
 }
 
 // ClientInfo is one client key's state.
@@ -105,6 +156,15 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"refused_per_client": d.c.refused[refusedPerClient],
 			"refused_queued":     d.c.refused[refusedQueued],
 		},
+	}
+	s.Responses = map[string]uint64{"other": d.c.byClass[0]}
+	for i := 1; i <= 5; i++ {
+		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]
+	}
+	s.Latency = LatencyHistogram{Counts: slices.Clone(d.c.latency.counts[:len(LatencyBuckets)+1]), Sum: d.c.latency.sum, Count: d.c.latency.n}
+	s.DeathsBySignal = map[string]uint64{}
+	for sig, n := range d.c.workerDeathsBySignal {
+		s.DeathsBySignal[unix.SignalName(sig)] = n
 	}
 	for i, n := range d.c.outcomes {
 		s.Counters["round_"+strings.ToLower(proto.Outcome(i).String())] = n

@@ -186,6 +186,9 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	case m.GetOutcome() < 0 || int(m.GetOutcome()) >= len(d.c.outcomes):
 		d.killWorker(w, "Done with an unknown outcome")
 		return false
+	case len(m.GetResponses()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
+		d.killWorker(w, "Done reports more responses than requests")
+		return false
 	case m.GetRequests() < c.requests:
 		d.killWorker(w, "Done lowers the request count")
 		return false
@@ -206,6 +209,9 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 		d.queued--
 	}
 	d.c.outcomes[m.GetOutcome()]++
+	for _, r := range m.GetResponses() {
+		d.c.observe(r.GetStatus(), r.GetMicros())
+	}
 	if m.GetOutcome() == proto.Outcome_PEER_RESET {
 		d.logLimited("peer-reset", "client reset a connection mid-round")
 	}

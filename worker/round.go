@@ -54,6 +54,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	defer w.wg.Done()
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
+	var responses []*proto.Response
 	f := os.NewFile(uintptr(fd), "conn")
 	nc, err := net.FileConn(f)
 	f.Close() // FileConn holds its own duplicate
@@ -62,7 +63,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	} else {
 		cs := newConnServer(w, nc, d)
 		disp, carried, requests = cs.serve()
-		outcome = cs.outcome
+		outcome, responses = cs.outcome, cs.responses
 		cs.release()
 		if disp == proto.Disposition_LINGER {
 			if tc, ok := nc.(*net.TCPConn); ok {
@@ -77,6 +78,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 		ConnId:      d.GetConnId(),
 		Disposition: disp,
 		Outcome:     outcome,
+		Responses:   responses,
 		Carried:     carried,
 		Requests:    requests,
 	}}}
@@ -97,12 +99,14 @@ type connServer struct {
 	accepted time.Time
 	requests uint32
 
-	outcome proto.Outcome // how the last round ended
-	carried *bytes.Reader
-	raw     headRecorder // the raw head, for Origin when it does not parse
-	in      *deadlineReader
-	br      *bufio.Reader
-	bw      *bufio.Writer
+	outcome    proto.Outcome     // how the last round ended
+	responses  []*proto.Response // of this dispatch, for the supervisor's metrics
+	carried    *bytes.Reader
+	raw        headRecorder // the raw head, for Origin when it does not parse
+	roundStart time.Time
+	in         *deadlineReader
+	br         *bufio.Reader
+	bw         *bufio.Writer
 }
 
 func newConnServer(w *Worker, nc net.Conn, d *proto.Dispatch) *connServer {
@@ -186,6 +190,7 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 // reports whether the connection stays open, and if not, how to close it.
 func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	start := time.Now()
+	cs.roundStart = start
 	cs.in.head(start)
 	cs.raw.start(cs.br)
 	head, err := httphead.ReadHead(cs.br, httphead.Limits{})
@@ -266,7 +271,9 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		cs.writeError(status, body.err.Error(), head, nil)
 		return false, proto.Disposition_LINGER
 	}
-	if err := rw.finish(); err != nil {
+	err = rw.finish()
+	cs.record(start, req.Method, req.URL.Path, rw.status, rw.written)
+	if err != nil {
 		cs.outcome = proto.Outcome_PEER_RESET
 		if isTimeout(err) {
 			cs.outcome = proto.Outcome_TIMEOUT
@@ -397,4 +404,15 @@ func (h *headRecorder) Read(p []byte) (int, error) {
 		h.buf = append(h.buf, p[:min(n, maxRawHead-len(h.buf))]...)
 	}
 	return n, err
+}
+
+// record notes one response for the supervisor's metrics and the access log.
+func (cs *connServer) record(start time.Time, method, path string, status int, bytes int64) {
+	d := time.Since(start)
+	cs.responses = append(cs.responses, &proto.Response{Status: uint32(status), Micros: uint64(d.Microseconds())})
+	if cs.w.cfg.Log.AccessLog {
+		// The path without its query, which may hold tokens.
+		cs.w.access.Info("request", "method", method, "path", path, "status", status, "bytes", bytes,
+			"duration", d.String(), "client", cs.w.maskClient(cs.d.GetClientKey()))
+	}
 }

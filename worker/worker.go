@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -24,9 +25,10 @@ const channelFD = 3
 
 // Worker serves the connections its supervisor dispatches.
 type Worker struct {
-	log   hclog.Logger
-	ch    *ipc.Stream
-	roots map[string]*os.Root // document roots opened before the sandbox closed; immutable
+	log    hclog.Logger
+	access hclog.Logger // the access log
+	ch     *ipc.Stream
+	roots  map[string]*os.Root // document roots opened before the sandbox closed; immutable
 
 	opts Options // immutable
 
@@ -164,6 +166,26 @@ func (w *Worker) hello(h *proto.Hello) error {
 	}
 	w.cfg, w.router, w.id = cfg, rt, h.GetWorkerId()
 	w.conc = max(1, int(h.GetConcurrency()))
+	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	w.log = w.log.With("worker", w.id)
+	w.access = w.log.Named("access")
 	return nil
+}
+
+// maskClient returns the client key for the access log: whole, or masked to
+// /24 (IPv4) or /48 (IPv6) when log_client_addresses is false.
+func (w *Worker) maskClient(key string) string {
+	if w.cfg.Log.ClientAddresses {
+		return key
+	}
+	a, err := netip.ParseAddr(key)
+	if err != nil {
+		return "-"
+	}
+	bits := 48
+	if a.Is4() {
+		bits = 24
+	}
+	p, _ := a.Prefix(bits)
+	return p.String()
 }
