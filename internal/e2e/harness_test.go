@@ -26,6 +26,9 @@ type harness struct {
 	addr string // "127.0.0.1:port" of the first listener
 	logs *logBuffer
 	done chan error
+	// config is the configuration file, relative paths resolving against
+	// its directory; Reload reads it again.
+	config string
 }
 
 // baseConfig is prepended to every test's configuration: one listener on an
@@ -59,7 +62,11 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	if !strings.Contains(body, "route ") {
 		src += defaultRoutes(tb, dir)
 	}
-	cfg, err := config.Parse([]byte(src), filepath.Join(dir, "test.hcl"), config.ParseOptions{BaseDir: dir})
+	path := filepath.Join(dir, "test.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(src), path, config.ParseOptions{BaseDir: dir})
 	if err != nil {
 		tb.Fatalf("config: %v\n%s", err, src)
 	}
@@ -68,12 +75,12 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	if len(workerArgs) == 0 {
 		workerArgs = []string{"worker"}
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerArgs: workerArgs})
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerArgs: workerArgs, ConfigPath: path})
 	if err != nil {
 		tb.Fatalf("supervisor.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: tb, sup: sup, addr: sup.Addrs()[0].String(), logs: logs, done: make(chan error, 1)}
+	h := &harness{t: tb, sup: sup, addr: sup.Addrs()[0].String(), logs: logs, done: make(chan error, 1), config: path}
 	go func() { h.done <- sup.Run(ctx) }()
 	tb.Cleanup(func() {
 		cancel()
@@ -116,7 +123,7 @@ func defaultRoutes(tb testing.TB, dir string) string {
 	return `
 route "/" {
   static {
-    root = "www"
+    root = "` + www + `"
   }
 }
 route "/ok" {
