@@ -18,6 +18,7 @@ var (
 			{Name: "trusted_proxies"},
 			{Name: "ipv6_client_prefix_length"},
 			{Name: "user"},
+			{Name: "rate_limit_entries"},
 		},
 		Blocks: []hcl.BlockHeaderSchema{
 			{Type: "listener", LabelNames: []string{"name"}},
@@ -26,6 +27,8 @@ var (
 			{Type: "route", LabelNames: []string{"prefix"}},
 			{Type: "admin"},
 			{Type: "cors"},
+			{Type: "upstream", LabelNames: []string{"name"}},
+			{Type: "rate_limit", LabelNames: []string{"name"}},
 			{Type: "sandbox"},
 			{Type: "log"},
 		},
@@ -52,7 +55,7 @@ var (
 	}
 	routeSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}},
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}},
 	}
 	staticSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -120,6 +123,16 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 		d.errorf(body.MissingItemRange(), "Missing route block",
 			`At least one route block is required, such as: route "/" { static { root = "www" } }.`)
 	}
+	upstreams := map[string]hcl.Range{}
+	for _, b := range blocks["upstream"] {
+		d.upstream(b, cfg, upstreams)
+	}
+	d.checkProxies(cfg)
+	classes, classPrefixes := map[string]hcl.Range{}, map[string]string{}
+	for _, b := range blocks["rate_limit"] {
+		d.rateLimit(b, cfg, classes, classPrefixes)
+	}
+	intAttr(d, content.Attributes, "rate_limit_entries", "rate_limit_entries", 1, 10000000, &cfg.RateLimitEntries)
 	if b := d.single(blocks, "cors"); b != nil {
 		cfg.CORS = d.cors(b)
 	}

@@ -37,6 +37,13 @@ type Config struct {
 	// CORS, when set, adds CORS headers to every response, transport errors
 	// included.
 	CORS *CORS
+	// Upstreams are the servers proxy routes forward to.
+	Upstreams []Upstream
+	// RateLimits are the rate limit classes; none means no rate limiting.
+	RateLimits []RateLimit
+	// RateLimitEntries bounds the rate limiter's table of buckets
+	// (1..10000000, default 100000); the least recently used is evicted.
+	RateLimitEntries int
 }
 
 // CORS is the `cors` block.
@@ -112,6 +119,7 @@ type Route struct {
 	Prefix  string
 	Static  *Static
 	Respond *Respond
+	Proxy   *Proxy
 	// MaxUploadBytes raises the body cap for requests whose head carries an
 	// accepted bearer token (0: no raise).
 	MaxUploadBytes int64

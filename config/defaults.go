@@ -65,5 +65,6 @@ func defaults() Config {
 		Sandbox:                Sandbox{Mode: "strict", SeccompAction: "kill"},
 		Log:                    Log{Format: "text", Level: "info", AccessLog: true, ClientAddresses: true},
 		IPv6ClientPrefixLength: DefaultIPv6ClientPrefixLength,
+		RateLimitEntries:       DefaultRateLimitEntries,
 	}
 }

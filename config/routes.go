@@ -41,20 +41,22 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	d.upload(content.Attributes, name, &r)
 	handlers := content.Blocks
 	if len(handlers) == 0 {
-		d.errorf(b.DefRange, "Missing route handler", "%s needs one static or respond block.", name)
+		d.errorf(b.DefRange, "Missing route handler", "%s needs one static, respond or proxy block.", name)
 		return
 	}
 	for _, h := range handlers[1:] {
 		d.errorf(h.DefRange, "Duplicate route handler",
-			"%s already has a %s block at %s; a route has exactly one static or respond block.", name, handlers[0].Type, handlers[0].DefRange)
+			"%s already has a %s block at %s; a route has exactly one static, respond or proxy block.", name, handlers[0].Type, handlers[0].DefRange)
 	}
 	switch h := handlers[0]; h.Type {
 	case "static":
 		r.Static = d.static(h, name, cfg.BaseDir, opt)
 	case "respond":
 		r.Respond = d.respond(h, name)
+	case "proxy":
+		r.Proxy = d.proxy(h, name)
 	}
-	if ok && len(handlers) == 1 && (r.Static != nil || r.Respond != nil) {
+	if ok && len(handlers) == 1 && (r.Static != nil || r.Respond != nil || r.Proxy != nil) {
 		cfg.Routes = append(cfg.Routes, r)
 	}
 }

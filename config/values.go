@@ -14,7 +14,8 @@ import (
 // decoder collects every diagnostic found while turning a file into a
 // Config, so that one run reports all problems rather than the first.
 type decoder struct {
-	diags hcl.Diagnostics
+	diags   hcl.Diagnostics
+	proxies []proxyRef // checked against the upstreams at the end
 }
 
 func (d *decoder) add(diags hcl.Diagnostics) { d.diags = append(d.diags, diags...) }

@@ -68,6 +68,9 @@ func expectFDs(f *proto.Frame) int {
 	if d := f.GetDispatch(); d != nil && d.GetHasFd() {
 		return 1
 	}
+	if r := f.GetDialReply(); r != nil && r.GetOk() {
+		return 1
+	}
 	return 0
 }
 

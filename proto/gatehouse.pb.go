@@ -159,6 +159,15 @@ type Frame struct {
 	//	*Frame_Ping
 	//	*Frame_Pong
 	//	*Frame_Drain
+	//	*Frame_Dial
+	//	*Frame_RateCheck
+	//	*Frame_StatsRequest
+	//	*Frame_DialReply
+	//	*Frame_RateReply
+	//	*Frame_StatsReply
+	//	*Frame_Overloaded
+	//	*Frame_UpstreamRelease
+	//	*Frame_LogLevel
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -271,6 +280,87 @@ func (x *Frame) GetDrain() *Drain {
 	return nil
 }
 
+func (x *Frame) GetDial() *Dial {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_Dial); ok {
+			return x.Dial
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetRateCheck() *RateCheck {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_RateCheck); ok {
+			return x.RateCheck
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetStatsRequest() *StatsRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_StatsRequest); ok {
+			return x.StatsRequest
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetDialReply() *DialReply {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_DialReply); ok {
+			return x.DialReply
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetRateReply() *RateReply {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_RateReply); ok {
+			return x.RateReply
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetStatsReply() *StatsReply {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_StatsReply); ok {
+			return x.StatsReply
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetOverloaded() *Overloaded {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_Overloaded); ok {
+			return x.Overloaded
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetUpstreamRelease() *UpstreamRelease {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_UpstreamRelease); ok {
+			return x.UpstreamRelease
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetLogLevel() *LogLevel {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_LogLevel); ok {
+			return x.LogLevel
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -303,6 +393,47 @@ type Frame_Drain struct {
 	Drain *Drain `protobuf:"bytes,8,opt,name=drain,proto3,oneof"`
 }
 
+type Frame_Dial struct {
+	// Worker requests; each carries a fresh id and gets exactly one reply
+	// with the same id: its own reply type, or Overloaded.
+	Dial *Dial `protobuf:"bytes,9,opt,name=dial,proto3,oneof"`
+}
+
+type Frame_RateCheck struct {
+	RateCheck *RateCheck `protobuf:"bytes,10,opt,name=rate_check,json=rateCheck,proto3,oneof"`
+}
+
+type Frame_StatsRequest struct {
+	StatsRequest *StatsRequest `protobuf:"bytes,11,opt,name=stats_request,json=statsRequest,proto3,oneof"`
+}
+
+type Frame_DialReply struct {
+	// Supervisor replies.
+	DialReply *DialReply `protobuf:"bytes,12,opt,name=dial_reply,json=dialReply,proto3,oneof"`
+}
+
+type Frame_RateReply struct {
+	RateReply *RateReply `protobuf:"bytes,13,opt,name=rate_reply,json=rateReply,proto3,oneof"`
+}
+
+type Frame_StatsReply struct {
+	StatsReply *StatsReply `protobuf:"bytes,14,opt,name=stats_reply,json=statsReply,proto3,oneof"`
+}
+
+type Frame_Overloaded struct {
+	Overloaded *Overloaded `protobuf:"bytes,15,opt,name=overloaded,proto3,oneof"`
+}
+
+type Frame_UpstreamRelease struct {
+	// Worker notices (no reply).
+	UpstreamRelease *UpstreamRelease `protobuf:"bytes,16,opt,name=upstream_release,json=upstreamRelease,proto3,oneof"`
+}
+
+type Frame_LogLevel struct {
+	// Supervisor notices (no reply).
+	LogLevel *LogLevel `protobuf:"bytes,17,opt,name=log_level,json=logLevel,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -316,6 +447,473 @@ func (*Frame_Ping) isFrame_Body() {}
 func (*Frame_Pong) isFrame_Body() {}
 
 func (*Frame_Drain) isFrame_Body() {}
+
+func (*Frame_Dial) isFrame_Body() {}
+
+func (*Frame_RateCheck) isFrame_Body() {}
+
+func (*Frame_StatsRequest) isFrame_Body() {}
+
+func (*Frame_DialReply) isFrame_Body() {}
+
+func (*Frame_RateReply) isFrame_Body() {}
+
+func (*Frame_StatsReply) isFrame_Body() {}
+
+func (*Frame_Overloaded) isFrame_Body() {}
+
+func (*Frame_UpstreamRelease) isFrame_Body() {}
+
+func (*Frame_LogLevel) isFrame_Body() {}
+
+// Dial asks the supervisor for a connection to a configured upstream. A
+// worker names an upstream, never a host or a port.
+type Dial struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Upstream      string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Dial) Reset() {
+	*x = Dial{}
+	mi := &file_gatehouse_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dial) ProtoMessage() {}
+
+func (x *Dial) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dial.ProtoReflect.Descriptor instead.
+func (*Dial) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Dial) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+// DialReply answers Dial. When ok, exactly one descriptor rides along: a
+// connected, non-blocking TCP socket the worker now owns.
+type DialReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ok    bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	// refused is true when the upstream is at max_connections: answered at
+	// once, never queued.
+	Refused bool   `protobuf:"varint,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	Error   string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// timed_out is true when the dial hit connect_timeout.
+	TimedOut      bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DialReply) Reset() {
+	*x = DialReply{}
+	mi := &file_gatehouse_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DialReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DialReply) ProtoMessage() {}
+
+func (x *DialReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DialReply.ProtoReflect.Descriptor instead.
+func (*DialReply) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DialReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *DialReply) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
+func (x *DialReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *DialReply) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+// UpstreamRelease tells the supervisor that the worker closed one upstream
+// connection it was given, so that max_connections counts what is held.
+type UpstreamRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Upstream      string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpstreamRelease) Reset() {
+	*x = UpstreamRelease{}
+	mi := &file_gatehouse_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpstreamRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpstreamRelease) ProtoMessage() {}
+
+func (x *UpstreamRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpstreamRelease.ProtoReflect.Descriptor instead.
+func (*UpstreamRelease) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpstreamRelease) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+// RateCheck charges one request on a connection the worker holds to a rate
+// limit class. The supervisor charges the client it recorded for the
+// connection; forwarded_for (the raw X-Forwarded-For values, rightmost last)
+// is considered only when the connection's peer is a trusted proxy.
+type RateCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Class         string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	ForwardedFor  []string               `protobuf:"bytes,3,rep,name=forwarded_for,json=forwardedFor,proto3" json:"forwarded_for,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateCheck) Reset() {
+	*x = RateCheck{}
+	mi := &file_gatehouse_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateCheck) ProtoMessage() {}
+
+func (x *RateCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateCheck.ProtoReflect.Descriptor instead.
+func (*RateCheck) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RateCheck) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
+func (x *RateCheck) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *RateCheck) GetForwardedFor() []string {
+	if x != nil {
+		return x.ForwardedFor
+	}
+	return nil
+}
+
+// RateReply answers RateCheck.
+type RateReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// retry_after_ms is how long until a request would be allowed.
+	RetryAfterMs  uint64 `protobuf:"varint,2,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateReply) Reset() {
+	*x = RateReply{}
+	mi := &file_gatehouse_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateReply) ProtoMessage() {}
+
+func (x *RateReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateReply.ProtoReflect.Descriptor instead.
+func (*RateReply) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RateReply) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *RateReply) GetRetryAfterMs() uint64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
+// StatsRequest asks for the supervisor's metrics.
+type StatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsRequest) Reset() {
+	*x = StatsRequest{}
+	mi := &file_gatehouse_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsRequest) ProtoMessage() {}
+
+func (x *StatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
+func (*StatsRequest) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+}
+
+// StatsReply carries the metrics in the Prometheus text format.
+type StatsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          []byte                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatsReply) Reset() {
+	*x = StatsReply{}
+	mi := &file_gatehouse_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatsReply) ProtoMessage() {}
+
+func (x *StatsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatsReply.ProtoReflect.Descriptor instead.
+func (*StatsReply) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StatsReply) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+// Overloaded answers any request over the channel's in-flight cap
+// (ipc_max_in_flight_requests): it was not started. The worker answers its
+// client 503 with Retry-After.
+type Overloaded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Overloaded) Reset() {
+	*x = Overloaded{}
+	mi := &file_gatehouse_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Overloaded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Overloaded) ProtoMessage() {}
+
+func (x *Overloaded) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Overloaded.ProtoReflect.Descriptor instead.
+func (*Overloaded) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{8}
+}
+
+// LogLevel sets the worker's log level.
+type LogLevel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Level         string                 `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogLevel) Reset() {
+	*x = LogLevel{}
+	mi := &file_gatehouse_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogLevel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogLevel) ProtoMessage() {}
+
+func (x *LogLevel) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogLevel.ProtoReflect.Descriptor instead.
+func (*LogLevel) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LogLevel) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
 
 // Hello is the supervisor's first frame: who the worker is and what it serves.
 type Hello struct {
@@ -333,7 +931,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_gatehouse_proto_msgTypes[1]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +943,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[1]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +956,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+	return file_gatehouse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Hello) GetWorkerId() uint32 {
@@ -408,7 +1006,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[2]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +1018,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[2]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +1031,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{2}
+	return file_gatehouse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -468,7 +1066,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[3]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +1078,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[3]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +1091,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{3}
+	return file_gatehouse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -532,7 +1130,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +1142,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +1155,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+	return file_gatehouse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -637,7 +1235,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +1247,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +1260,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{5}
+	return file_gatehouse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -726,7 +1324,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +1336,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +1349,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+	return file_gatehouse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Response) GetStatus() uint32 {
@@ -777,7 +1375,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1387,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1400,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{7}
+	return file_gatehouse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -822,7 +1420,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1432,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1445,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{8}
+	return file_gatehouse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -873,7 +1471,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1483,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,14 +1496,14 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{9}
+	return file_gatehouse_proto_rawDescGZIP(), []int{18}
 }
 
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xda\x02\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xf1\x06\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -914,8 +1512,48 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x04done\x18\x05 \x01(\v2\x12.gatehouse.v1.DoneH\x00R\x04done\x12(\n" +
 	"\x04ping\x18\x06 \x01(\v2\x12.gatehouse.v1.PingH\x00R\x04ping\x12(\n" +
 	"\x04pong\x18\a \x01(\v2\x12.gatehouse.v1.PongH\x00R\x04pong\x12+\n" +
-	"\x05drain\x18\b \x01(\v2\x13.gatehouse.v1.DrainH\x00R\x05drainB\x06\n" +
-	"\x04body\"\x9a\x01\n" +
+	"\x05drain\x18\b \x01(\v2\x13.gatehouse.v1.DrainH\x00R\x05drain\x12(\n" +
+	"\x04dial\x18\t \x01(\v2\x12.gatehouse.v1.DialH\x00R\x04dial\x128\n" +
+	"\n" +
+	"rate_check\x18\n" +
+	" \x01(\v2\x17.gatehouse.v1.RateCheckH\x00R\trateCheck\x12A\n" +
+	"\rstats_request\x18\v \x01(\v2\x1a.gatehouse.v1.StatsRequestH\x00R\fstatsRequest\x128\n" +
+	"\n" +
+	"dial_reply\x18\f \x01(\v2\x17.gatehouse.v1.DialReplyH\x00R\tdialReply\x128\n" +
+	"\n" +
+	"rate_reply\x18\r \x01(\v2\x17.gatehouse.v1.RateReplyH\x00R\trateReply\x12;\n" +
+	"\vstats_reply\x18\x0e \x01(\v2\x18.gatehouse.v1.StatsReplyH\x00R\n" +
+	"statsReply\x12:\n" +
+	"\n" +
+	"overloaded\x18\x0f \x01(\v2\x18.gatehouse.v1.OverloadedH\x00R\n" +
+	"overloaded\x12J\n" +
+	"\x10upstream_release\x18\x10 \x01(\v2\x1d.gatehouse.v1.UpstreamReleaseH\x00R\x0fupstreamRelease\x125\n" +
+	"\tlog_level\x18\x11 \x01(\v2\x16.gatehouse.v1.LogLevelH\x00R\blogLevelB\x06\n" +
+	"\x04body\"\"\n" +
+	"\x04Dial\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\"h\n" +
+	"\tDialReply\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\bR\arefused\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1b\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\"-\n" +
+	"\x0fUpstreamRelease\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\"_\n" +
+	"\tRateCheck\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12#\n" +
+	"\rforwarded_for\x18\x03 \x03(\tR\fforwardedFor\"K\n" +
+	"\tRateReply\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12$\n" +
+	"\x0eretry_after_ms\x18\x02 \x01(\x04R\fretryAfterMs\"\x0e\n" +
+	"\fStatsRequest\" \n" +
+	"\n" +
+	"StatsReply\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\fR\x04text\"\f\n" +
+	"\n" +
+	"Overloaded\" \n" +
+	"\bLogLevel\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\tR\x05level\"\x9a\x01\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\rR\bworkerId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x1f\n" +
@@ -985,38 +1623,56 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_gatehouse_proto_goTypes = []any{
-	(Disposition)(0),     // 0: gatehouse.v1.Disposition
-	(Outcome)(0),         // 1: gatehouse.v1.Outcome
-	(*Frame)(nil),        // 2: gatehouse.v1.Frame
-	(*Hello)(nil),        // 3: gatehouse.v1.Hello
-	(*SandboxLayer)(nil), // 4: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),        // 5: gatehouse.v1.Ready
-	(*Dispatch)(nil),     // 6: gatehouse.v1.Dispatch
-	(*Done)(nil),         // 7: gatehouse.v1.Done
-	(*Response)(nil),     // 8: gatehouse.v1.Response
-	(*Ping)(nil),         // 9: gatehouse.v1.Ping
-	(*Pong)(nil),         // 10: gatehouse.v1.Pong
-	(*Drain)(nil),        // 11: gatehouse.v1.Drain
+	(Disposition)(0),        // 0: gatehouse.v1.Disposition
+	(Outcome)(0),            // 1: gatehouse.v1.Outcome
+	(*Frame)(nil),           // 2: gatehouse.v1.Frame
+	(*Dial)(nil),            // 3: gatehouse.v1.Dial
+	(*DialReply)(nil),       // 4: gatehouse.v1.DialReply
+	(*UpstreamRelease)(nil), // 5: gatehouse.v1.UpstreamRelease
+	(*RateCheck)(nil),       // 6: gatehouse.v1.RateCheck
+	(*RateReply)(nil),       // 7: gatehouse.v1.RateReply
+	(*StatsRequest)(nil),    // 8: gatehouse.v1.StatsRequest
+	(*StatsReply)(nil),      // 9: gatehouse.v1.StatsReply
+	(*Overloaded)(nil),      // 10: gatehouse.v1.Overloaded
+	(*LogLevel)(nil),        // 11: gatehouse.v1.LogLevel
+	(*Hello)(nil),           // 12: gatehouse.v1.Hello
+	(*SandboxLayer)(nil),    // 13: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 14: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 15: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 16: gatehouse.v1.Done
+	(*Response)(nil),        // 17: gatehouse.v1.Response
+	(*Ping)(nil),            // 18: gatehouse.v1.Ping
+	(*Pong)(nil),            // 19: gatehouse.v1.Pong
+	(*Drain)(nil),           // 20: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	3,  // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	5,  // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	6,  // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	7,  // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	9,  // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	10, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	11, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
-	4,  // 7: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 8: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	1,  // 9: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	8,  // 10: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	12, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	14, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	15, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	16, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	18, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	19, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	20, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	3,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
+	6,  // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
+	8,  // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
+	4,  // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
+	7,  // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
+	9,  // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
+	10, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
+	5,  // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
+	11, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
+	13, // 16: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 17: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	1,  // 18: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	17, // 19: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -1032,6 +1688,15 @@ func file_gatehouse_proto_init() {
 		(*Frame_Ping)(nil),
 		(*Frame_Pong)(nil),
 		(*Frame_Drain)(nil),
+		(*Frame_Dial)(nil),
+		(*Frame_RateCheck)(nil),
+		(*Frame_StatsRequest)(nil),
+		(*Frame_DialReply)(nil),
+		(*Frame_RateReply)(nil),
+		(*Frame_StatsReply)(nil),
+		(*Frame_Overloaded)(nil),
+		(*Frame_UpstreamRelease)(nil),
+		(*Frame_LogLevel)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1039,7 +1704,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -39,6 +39,10 @@ type counters struct {
 	workerDeaths         uint64
 	workerDeathsBySignal map[syscall.Signal]uint64
 	workerKills          uint64
+	ipcOverloaded        uint64
+	upstreamRefused      uint64
+	upstreamErrors       uint64
+	rateLimited          uint64
 	outcomes             [5]uint64 // by proto.Outcome
 	byClass              [6]uint64 // responses by status class; [0] counts statuses out of range
 	latency              histogram

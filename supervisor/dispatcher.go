@@ -82,10 +82,13 @@ type dispatcher struct {
 	nextID   uint64
 	spec     *workerSpec // what new workers are started with
 	nextSlot int
-	clients  map[netip.Addr]*client
-	workers  []*workerProc
-	pool     int
-	share    int
+
+	upstreams map[string]*upstreamState
+	limiter   *limiter
+	clients   map[netip.Addr]*client
+	workers   []*workerProc
+	pool      int
+	share     int
 
 	out     int // connections at workers
 	queued  int // connections that have not finished a first request
@@ -142,6 +145,9 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	d.fdReserve = 32 + 4*s.cfg.Workers.Count
 	d.armListeners(true)
 	d.spec = s.spec
+	d.limiter = newLimiter(s.cfg.RateLimitEntries)
+	d.upstreams = make(map[string]*upstreamState)
+	d.setUpstreams()
 	for i := 0; i < s.cfg.Workers.Count; i++ {
 		d.workers = append(d.workers, d.newWorker())
 	}
@@ -274,6 +280,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.stop(now)
 	case reloadMsg:
 		d.reload(m, now)
+	case dialResult:
+		d.dialed(m)
 	case snapshotReq:
 		m.reply <- d.snapshot(now)
 	}
@@ -515,26 +523,45 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 }
 
 // send writes a frame to a worker, queueing it when the channel is full. The
-// queue is bounded: dispatches by the worker's slots, the rest by one ping or
-// drain at a time.
-func (d *dispatcher) send(w *workerProc, f *proto.Frame, fd int) {
+// dispatcher keeps its descriptor fd (a client connection it dispatches).
+func (d *dispatcher) send(w *workerProc, f *proto.Frame, fd int) { d.sendFD(w, f, fd, false) }
+
+// sendOwned is send for a descriptor the dispatcher gives away (a dialed
+// upstream): it is closed once sent, or when the worker is gone.
+func (d *dispatcher) sendOwned(w *workerProc, f *proto.Frame, fd int) { d.sendFD(w, f, fd, true) }
+
+// sendFD writes f, or queues it while the channel is full. While anything is
+// queued the dispatcher stops reading the worker's frames (its interest is
+// writable only): a worker that does not read its replies cannot make the
+// dispatcher buffer more, so the queue stays bounded by what one batch of
+// frames can produce, and the in-flight cap.
+func (d *dispatcher) sendFD(w *workerProc, f *proto.Frame, fd int, owned bool) {
 	if w.ch == nil {
+		if owned {
+			unix.Close(fd)
+		}
 		return
 	}
 	if len(w.outq) == 0 {
 		err := w.ch.Send(f, fd)
 		if err == nil {
+			if owned {
+				unix.Close(fd)
+			}
 			return
 		}
 		if err != ipc.ErrWouldBlock {
+			if owned {
+				unix.Close(fd)
+			}
 			d.workerGone(w, fmt.Sprintf("sending to worker: %v", err), true)
 			return
 		}
 	}
-	w.outq = append(w.outq, outFrame{f: f, fd: fd})
+	w.outq = append(w.outq, outFrame{f: f, fd: fd, owned: owned})
 	if !w.wantOut {
 		w.wantOut = true
-		d.mod(w.ch.FD(), kindWorker, w.token(), poll.In|poll.Out)
+		d.mod(w.ch.FD(), kindWorker, w.token(), poll.Out)
 	}
 }
 
@@ -545,16 +572,30 @@ func (d *dispatcher) flushOut(w *workerProc) {
 		if err == ipc.ErrWouldBlock {
 			return
 		}
+		if o.owned {
+			unix.Close(o.fd)
+		}
+		w.outq[0] = outFrame{}
+		w.outq = w.outq[1:]
 		if err != nil {
 			d.workerGone(w, fmt.Sprintf("sending to worker: %v", err), true)
 			return
 		}
-		w.outq[0] = outFrame{}
-		w.outq = w.outq[1:]
 	}
 	w.outq = nil
 	w.wantOut = false
 	d.mod(w.ch.FD(), kindWorker, w.token(), poll.In)
+}
+
+// dropOut discards a gone worker's queue, closing the descriptors it owned.
+func dropOut(w *workerProc) {
+	for _, o := range w.outq {
+		if o.owned {
+			unix.Close(o.fd)
+		}
+	}
+	w.outq = nil
+	w.wantOut = false
 }
 
 // release gives back the slots a connection held at its worker.

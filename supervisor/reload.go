@@ -97,6 +97,8 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 		cl.trusted = d.trusted(cl.key)
 	}
 	d.reloadListeners(m.added)
+	d.setUpstreams()
+	d.limiter.max = d.cfg.RateLimitEntries
 
 	if workersNeedReplacing(old, d.cfg) {
 		for _, w := range d.workers {

@@ -50,7 +50,8 @@ type workerProc struct {
 	exited bool
 	ch     *ipc.Conn // nil while no process is attached
 	outq   []outFrame
-	// wantOut is true while EPOLLOUT is registered for outq.
+	// wantOut is true while the channel is registered for writability
+	// (and not readability) to flush outq.
 	wantOut bool
 
 	active        int    // connections out at this worker
@@ -64,13 +65,21 @@ type workerProc struct {
 	lastPong      time.Time
 	pingSeq       uint64
 	layers        []*proto.SandboxLayer
+
+	// inFlight counts the process's requests started and not yet answered,
+	// under ipc_max_in_flight_requests.
+	inFlight int
+	// held counts the upstream connections given to the process, by
+	// upstream, until it releases them or dies.
+	held map[string]int
 }
 
 // outFrame is a frame that found the channel full, with the descriptor to send
 // along (-1 for none). The dispatcher keeps its own copy of the descriptor.
 type outFrame struct {
-	f  *proto.Frame
-	fd int
+	f     *proto.Frame
+	fd    int
+	owned bool // fd is closed once sent
 }
 
 // spawnResult is what a spawning goroutine posts back to the loop.

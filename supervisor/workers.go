@@ -27,6 +27,7 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.started = now
 	w.servedAtStart = w.served
 	w.rounds = 0
+	w.inFlight = 0
 	go d.s.spawnWorker(w.slot, w.gen, w.spec)
 }
 
@@ -110,9 +111,12 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 	}
 	if ev.Writable {
 		d.flushOut(w)
-		if w.ch == nil {
+		if w.ch == nil || w.wantOut {
 			return
 		}
+	}
+	if w.wantOut {
+		return // replies are queued: read more once they are out
 	}
 	var f proto.Frame
 	for i := 0; i < frameBatch; i++ {
@@ -136,7 +140,7 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 			// never sends; close it before reporting the violation.
 			unix.Close(fd)
 		}
-		if !d.frame(w, &f, now) || w.ch == nil {
+		if !d.frame(w, &f, now) || w.ch == nil || w.wantOut {
 			return
 		}
 	}
@@ -161,6 +165,8 @@ func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 		return d.done(w, b.Done, now)
 	case *proto.Frame_Pong:
 		w.lastPong = now
+	case *proto.Frame_Dial, *proto.Frame_RateCheck, *proto.Frame_StatsRequest, *proto.Frame_UpstreamRelease:
+		return d.request(w, f, now)
 	default:
 		d.killWorker(w, fmt.Sprintf("unexpected frame %T", f.Body))
 		return false
@@ -265,8 +271,8 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		d.del(w.ch.FD())
 		w.ch.Close()
 		w.ch = nil
-		w.outq = nil
-		w.wantOut = false
+		dropOut(w)
+		d.releaseUpstreams(w)
 		for _, c := range d.conns {
 			if c.worker == w {
 				cl := c.client

@@ -7,11 +7,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -256,10 +258,15 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 
 	rw := newResponse(cs, req, keep)
 	rw.body = body
-	if cs.w.preflight(req) {
+	switch {
+	case cs.w.preflight(req):
 		cs.w.answerPreflight(rw, req)
-	} else {
-		serve(rt, rw, req)
+	case !cs.allowed(ctx, rw, req):
+		// answered 429 or 503
+	default:
+		if !cs.runHandler(rt, rw, req) {
+			return false, proto.Disposition_CLOSE
+		}
 	}
 	if status := bodyErrorStatus(body.err); status != 0 && !rw.headerSent {
 		// The handler stopped on a body the transport refused; its answer
@@ -415,4 +422,53 @@ func (cs *connServer) record(start time.Time, method, path string, status int, b
 		cs.w.access.Info("request", "method", method, "path", path, "status", status, "bytes", bytes,
 			"duration", d.String(), "client", cs.w.maskClient(cs.d.GetClientKey()))
 	}
+}
+
+// runHandler runs the route's handler, recovering a panic: the worker serves
+// other connections and must outlive one handler. It reports false when the
+// response cannot be completed (the connection is then closed).
+func (cs *connServer) runHandler(rt *route, rw *response, req *http.Request) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			ok = false
+			if p == http.ErrAbortHandler {
+				return // the handler chose to abort the response
+			}
+			cs.w.log.Error("handler panicked", "path", req.URL.Path, "panic", fmt.Sprint(p))
+			cs.outcome = proto.Outcome_PEER_RESET
+			if !rw.headerSent {
+				cs.writeError(http.StatusInternalServerError, "handler panicked", nil, nil)
+			}
+		}
+	}()
+	serve(rt, rw, req)
+	return true
+}
+
+// allowed charges the request to its rate limit class at the supervisor
+// and answers 429 (with Retry-After, the connection kept) when the client is
+// over it, or 503 when the supervisor is overloaded. It reports whether the
+// request may go on.
+func (cs *connServer) allowed(ctx context.Context, rw *response, req *http.Request) bool {
+	rl := cs.w.cfg.RateClass(req.URL.Path)
+	if rl == nil {
+		return true
+	}
+	m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: rl.Name}
+	if cs.w.trustedPeer(cs.d.GetPeer()) {
+		m.ForwardedFor = req.Header.Values("X-Forwarded-For")
+	}
+	r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
+	switch {
+	case err != nil:
+		rw.Header().Set("Retry-After", "1")
+		http.Error(rw, "503 service unavailable: try again shortly", http.StatusServiceUnavailable)
+		return false
+	case r.f.GetRateReply().GetAllowed():
+		return true
+	}
+	secs := (r.f.GetRateReply().GetRetryAfterMs() + 999) / 1000
+	rw.Header().Set("Retry-After", strconv.FormatUint(max(secs, 1), 10))
+	http.Error(rw, "429 too many requests", http.StatusTooManyRequests)
+	return false
 }

@@ -30,7 +30,7 @@ type route struct {
 	tokens    [][32]byte // SHA-256 of the accepted bearer tokens
 }
 
-func newRouter(cfg *config.Config, roots map[string]*os.Root) (*router, error) {
+func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
 	rt := &router{}
 	for _, r := range cfg.Routes {
 		var h http.Handler
@@ -43,6 +43,12 @@ func newRouter(cfg *config.Config, roots map[string]*os.Root) (*router, error) {
 			h = newStatic(r.Prefix, root, r.Static)
 		case r.Respond != nil:
 			h = newRespond(r.Respond)
+		case r.Proxy != nil:
+			up := cfg.Upstream(r.Proxy.Upstream)
+			if up == nil {
+				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
+			}
+			h = w.newProxy(up)
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}

@@ -30,7 +30,8 @@ type Worker struct {
 	ch     *ipc.Stream
 	roots  map[string]*os.Root // document roots opened before the sandbox closed; immutable
 
-	opts Options // immutable
+	opts  Options // immutable
+	calls caller
 
 	cfg    *config.Config // set once by Hello
 	router *router        // set once by Hello
@@ -39,6 +40,7 @@ type Worker struct {
 
 	active   atomic.Int32
 	draining atomic.Bool
+	drained  atomic.Bool // every round finished after a drain
 	wg       sync.WaitGroup
 }
 
@@ -91,6 +93,7 @@ func Run(args []string, opts Options) int {
 		return 1
 	}
 	w.ch = ch
+	w.calls.ch = ch
 	if err := w.run(layers); err != nil {
 		log.Error("worker stopped", "error", err)
 		return 1
@@ -101,12 +104,12 @@ func Run(args []string, opts Options) int {
 // run reads frames until the channel closes or a drain completes. layers is
 // the sandbox report sent in Ready.
 func (w *Worker) run(layers []*proto.SandboxLayer) error {
-	var f proto.Frame
 	for {
-		f.Reset()
-		fd, err := w.ch.Recv(&f)
-		if errors.Is(err, ipc.ErrClosed) {
-			// The supervisor is gone: nothing to hand connections back to.
+		f := new(proto.Frame)
+		fd, err := w.ch.Recv(f)
+		if errors.Is(err, ipc.ErrClosed) || w.drained.Load() {
+			// The supervisor is gone (nothing to hand connections back
+			// to), or a drain completed.
 			return nil
 		}
 		if err != nil {
@@ -137,16 +140,25 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			w.wg.Add(1)
 			go w.serve(b.Dispatch, fd)
 		case *proto.Frame_Ping:
+			// Sent from its own goroutine: this loop never blocks on a
+			// send, so the supervisor's frames are always read.
 			pong := &proto.Frame{Body: &proto.Frame_Pong{Pong: &proto.Pong{Seq: b.Ping.GetSeq(), Active: uint32(w.active.Load())}}}
-			if err := w.ch.Send(pong, -1); err != nil {
-				return err
-			}
+			go w.ch.Send(pong, -1)
+		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded:
+			w.calls.deliver(reply{f: f, fd: fd})
+		case *proto.Frame_LogLevel:
+			w.log.SetLevel(hclog.LevelFromString(b.LogLevel.GetLevel()))
 		case *proto.Frame_Drain:
-			// Finish the rounds in flight (their Done frames go out first),
-			// then exit.
-			w.draining.Store(true)
-			w.wg.Wait()
-			return nil
+			// Finish the rounds in flight (their Done frames go out
+			// first), then exit; replies to their requests still come in
+			// through this loop meanwhile.
+			if !w.draining.Swap(true) {
+				go func() {
+					w.wg.Wait()
+					w.drained.Store(true)
+					w.ch.Close()
+				}()
+			}
 		default:
 			closeFD(fd)
 			return fmt.Errorf("unexpected frame %T", f.Body)
@@ -160,14 +172,14 @@ func (w *Worker) hello(h *proto.Hello) error {
 	if err != nil {
 		return fmt.Errorf("parsing configuration from Hello: %w", err)
 	}
-	rt, err := newRouter(cfg, w.roots)
+	rt, err := newRouter(w, cfg, w.roots)
 	if err != nil {
 		return err
 	}
 	w.cfg, w.router, w.id = cfg, rt, h.GetWorkerId()
 	w.conc = max(1, int(h.GetConcurrency()))
 	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
-	w.log = w.log.With("worker", w.id)
+	// The supervisor tags every relayed line with the worker's slot and pid.
 	w.access = w.log.Named("access")
 	return nil
 }

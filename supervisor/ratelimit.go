@@ -1,0 +1,99 @@
+package supervisor
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+)
+
+// limiter holds token buckets keyed by client and rate limit class, at most
+// max of them; the least recently used is evicted in O(1). Go's maps hash
+// with a per-process random seed, so keys an attacker picks cannot be
+// precomputed to collide. Owned by the loop.
+type limiter struct {
+	max     int
+	buckets map[bucketKey]*bucket
+	// head is the most recently used bucket, tail the least.
+	head, tail *bucket
+}
+
+type bucketKey struct {
+	client netip.Addr
+	class  string
+}
+
+// bucket is one client's tokens for one class. Tokens refill continuously
+// at rate per `per`, up to burst: a quiet client's bucket is full again
+// without any timer.
+type bucket struct {
+	key        bucketKey
+	tokens     float64
+	last       time.Time
+	prev, next *bucket
+}
+
+func newLimiter(max int) *limiter {
+	return &limiter{max: max, buckets: make(map[bucketKey]*bucket)}
+}
+
+// take charges one request. It reports whether it is allowed and, if not,
+// how long until it would be.
+func (l *limiter) take(client netip.Addr, rl *config.RateLimit, now time.Time) (bool, time.Duration) {
+	k := bucketKey{client: client, class: rl.Name}
+	perToken := rl.Per / time.Duration(rl.Rate)
+	b := l.buckets[k]
+	if b == nil {
+		if len(l.buckets) >= l.max {
+			l.evict()
+		}
+		b = &bucket{key: k, tokens: float64(rl.Burst), last: now}
+		l.buckets[k] = b
+	} else {
+		l.unlink(b)
+		b.tokens = min(float64(rl.Burst), b.tokens+float64(now.Sub(b.last))/float64(perToken))
+		b.last = now
+	}
+	l.pushFront(b)
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) * float64(perToken))
+}
+
+func (l *limiter) evict() {
+	b := l.tail
+	if b == nil {
+		return
+	}
+	l.unlink(b)
+	delete(l.buckets, b.key)
+}
+
+func (l *limiter) pushFront(b *bucket) {
+	b.prev, b.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = b
+	} else {
+		l.tail = b
+	}
+	l.head = b
+}
+
+func (l *limiter) unlink(b *bucket) {
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		l.head = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	} else {
+		l.tail = b.prev
+	}
+	b.prev, b.next = nil, nil
+}
+
+// len is the number of buckets held.
+func (l *limiter) len() int { return len(l.buckets) }
