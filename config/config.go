@@ -120,6 +120,7 @@ type Route struct {
 	Static  *Static
 	Respond *Respond
 	Proxy   *Proxy
+	Metrics *Metrics
 	// MaxUploadBytes raises the body cap for requests whose head carries an
 	// accepted bearer token (0: no raise).
 	MaxUploadBytes int64

@@ -23,6 +23,12 @@ type Upstream struct {
 	MaxConnections int
 }
 
+// Metrics serves the supervisor's metrics in the Prometheus text format to
+// clients whose address is in Allow; workers fetch them over their channel.
+type Metrics struct {
+	Allow []netip.Prefix
+}
+
 // Proxy forwards a route's requests to an upstream.
 type Proxy struct {
 	Upstream string
@@ -52,6 +58,7 @@ var (
 		{Name: "addresses", Required: true}, {Name: "connect_timeout"}, {Name: "response_timeout"}, {Name: "max_connections"},
 	}}
 	proxySchema     = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "upstream", Required: true}}}
+	metricsSchema   = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "allow", Required: true}}}
 	rateLimitSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 		{Name: "prefix"}, {Name: "rate", Required: true}, {Name: "per", Required: true}, {Name: "burst", Required: true},
 	}}
@@ -183,4 +190,19 @@ func (c *Config) RateLimitByName(name string) *RateLimit {
 		}
 	}
 	return nil
+}
+
+func (d *decoder) metrics(b *hcl.Block, route string) *Metrics {
+	attrs := d.attrs(b, metricsSchema)
+	m := &Metrics{}
+	ss, rngs := stringListAttr(d, attrs, "allow", route+": metrics.allow")
+	for i, s := range ss {
+		p, err := parsePrefix(s)
+		if err != nil {
+			d.errorf(rngs[i], "Invalid value", "%s: metrics.allow: %s.", route, err)
+			continue
+		}
+		m.Allow = append(m.Allow, p)
+	}
+	return m
 }

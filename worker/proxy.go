@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -136,19 +135,7 @@ func (c *upstreamConn) Close() error {
 }
 
 // trustedPeer reports whether the connection's peer is a trusted proxy.
-func (w *Worker) trustedPeer(remote string) bool {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return false
-	}
-	a := ap.Addr().Unmap()
-	for _, p := range w.cfg.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+func (w *Worker) trustedPeer(remote string) bool { return allowedAddr(w.cfg.TrustedProxies, remote) }
 
 // logWriter sends net/http's internal log lines to the worker's log.
 type logWriter struct{ w *Worker }

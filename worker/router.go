@@ -49,6 +49,8 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
 			h = w.newProxy(up)
+		case r.Metrics != nil:
+			h = w.newMetrics(r.Metrics)
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
