@@ -354,3 +354,28 @@ workers {
 	// No connection is left recorded at the dead worker.
 	h.waitFor("no connection at workers", 10*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 0 })
 }
+
+// Listeners on IPv6 serve too, and IPv6 clients are keyed by their /64.
+func TestIPv6Listener(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	ln.Close()
+	h := start(t, `
+listener "v6" {
+  address = "[::1]:0"
+}
+`)
+	v6 := h.sup.Addrs()[1].String()
+	cl := newClient(t, "::1", v6)
+	if resp, _, err := cl.get("/ok"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("request over IPv6: %v", err)
+	}
+	s := h.waitFor("the IPv6 client", 10*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Client("::").Conns == 1 // ::1 masked to its /64
+	})
+	if len(s.Listeners) != 2 {
+		t.Errorf("listeners %v", s.Listeners)
+	}
+}
