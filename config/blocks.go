@@ -55,7 +55,7 @@ var (
 	}
 	routeSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}},
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}},
 	}
 	staticSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{

@@ -116,11 +116,12 @@ type Limits struct {
 // Route is one `route "PREFIX" { ... }` block; exactly one of Static and
 // Respond is non-nil. Config.Routes keeps the order of the file.
 type Route struct {
-	Prefix  string
-	Static  *Static
-	Respond *Respond
-	Proxy   *Proxy
-	Metrics *Metrics
+	Prefix   string
+	Static   *Static
+	Respond  *Respond
+	Proxy    *Proxy
+	Metrics  *Metrics
+	Embedded *Embedded
 	// MaxUploadBytes raises the body cap for requests whose head carries an
 	// accepted bearer token (0: no raise).
 	MaxUploadBytes int64

@@ -41,12 +41,12 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	d.upload(content.Attributes, name, &r)
 	handlers := content.Blocks
 	if len(handlers) == 0 {
-		d.errorf(b.DefRange, "Missing route handler", "%s needs one static, respond, proxy or metrics block.", name)
+		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, proxy, metrics or embedded).", name)
 		return
 	}
 	for _, h := range handlers[1:] {
 		d.errorf(h.DefRange, "Duplicate route handler",
-			"%s already has a %s block at %s; a route has exactly one static, respond, proxy or metrics block.", name, handlers[0].Type, handlers[0].DefRange)
+			"%s already has a %s block at %s; a route has exactly one handler block (static, respond, proxy, metrics or embedded).", name, handlers[0].Type, handlers[0].DefRange)
 	}
 	switch h := handlers[0]; h.Type {
 	case "static":
@@ -57,8 +57,10 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 		r.Proxy = d.proxy(h, name)
 	case "metrics":
 		r.Metrics = d.metrics(h, name)
+	case "embedded":
+		r.Embedded = d.embedded(h, name)
 	}
-	if ok && len(handlers) == 1 && (r.Static != nil || r.Respond != nil || r.Proxy != nil || r.Metrics != nil) {
+	if ok && len(handlers) == 1 && (r.Static != nil || r.Respond != nil || r.Proxy != nil || r.Metrics != nil || r.Embedded != nil) {
 		cfg.Routes = append(cfg.Routes, r)
 	}
 }

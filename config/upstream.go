@@ -29,6 +29,12 @@ type Metrics struct {
 	Allow []netip.Prefix
 }
 
+// Embedded routes to a handler an embedding program registered under Name
+// (worker.Options.Handlers); a worker without it refuses to start.
+type Embedded struct {
+	Name string
+}
+
 // Proxy forwards a route's requests to an upstream.
 type Proxy struct {
 	Upstream string
@@ -59,6 +65,7 @@ var (
 	}}
 	proxySchema     = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "upstream", Required: true}}}
 	metricsSchema   = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "allow", Required: true}}}
+	embeddedSchema  = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "name", Required: true}}}
 	rateLimitSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 		{Name: "prefix"}, {Name: "rate", Required: true}, {Name: "per", Required: true}, {Name: "burst", Required: true},
 	}}
@@ -205,4 +212,17 @@ func (d *decoder) metrics(b *hcl.Block, route string) *Metrics {
 		m.Allow = append(m.Allow, p)
 	}
 	return m
+}
+
+func (d *decoder) embedded(b *hcl.Block, route string) *Embedded {
+	attrs := d.attrs(b, embeddedSchema)
+	name, rng, ok := stringAttr(d, attrs, "name", route+": embedded.name")
+	if !ok {
+		return nil
+	}
+	if !isToken(name) {
+		d.errorf(rng, "Invalid value", "%s: embedded.name is a token such as \"app\", got %q.", route, name)
+		return nil
+	}
+	return &Embedded{Name: name}
 }

@@ -45,6 +45,12 @@ type Options struct {
 	// ConfigPath is the file Reload reads again; "" when the configuration
 	// is the built-in one, which cannot be reloaded.
 	ConfigPath string
+	// Inherited maps a listener's name to a listening socket received from
+	// the init system (socket activation; see ListenFDs and MatchInherited).
+	// New adopts it instead of binding the listener's address, and takes
+	// ownership of every descriptor in it, also when it fails. A name no
+	// listener has is an error (ErrBind).
+	Inherited map[string]int
 }
 
 // Supervisor runs gatehouse. Create it with New, then call Run once.
@@ -79,8 +85,12 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	if opts.WorkerPath == "" {
 		opts.WorkerPath = "/proc/self/exe"
 	}
+	if err := closeOnExecInherited(); err != nil {
+		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
+	}
 	spec, err := newWorkerSpec(cfg, opts)
 	if err != nil {
+		closeInherited(opts.Inherited)
 		return nil, err
 	}
 	s := &Supervisor{
@@ -92,13 +102,8 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		ready: make(chan struct{}),
 		start: time.Now(),
 	}
-	for _, l := range cfg.Listeners {
-		fd, bound, err := bindTCP(l.Address)
-		if err != nil {
-			s.closeListeners()
-			return nil, fmt.Errorf("%w: listener %q: %w", ErrBind, l.Name, err)
-		}
-		s.listeners = append(s.listeners, listener{id: uint64(len(s.listeners)), name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound})
+	if s.listeners, err = openListeners(cfg, opts.Inherited); err != nil {
+		return nil, err
 	}
 	if s.poller, err = poll.New(); err != nil {
 		s.closeListeners()

@@ -51,6 +51,10 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			h = w.newProxy(up)
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
+		case r.Embedded != nil:
+			if h = w.opts.Handlers[r.Embedded.Name]; h == nil {
+				return nil, fmt.Errorf("route %q: this program has no handler %q", r.Prefix, r.Embedded.Name)
+			}
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}

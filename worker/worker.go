@@ -50,6 +50,9 @@ type Options struct {
 	// on a route with max_upload_bytes, besides the configured tokens. It
 	// sees the head only; it runs before any body byte is read.
 	AuthorizeUpload func(*http.Request) bool
+	// Handlers are the program's own handlers, served by routes with an
+	// `embedded { name = "..." }` block.
+	Handlers map[string]http.Handler
 }
 
 // Main is the entry point of `gatehouse worker`. args are the supervisor's

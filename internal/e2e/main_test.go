@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "worker":
-			os.Exit(worker.Main(os.Args[2:]))
+			os.Exit(worker.Run(os.Args[2:], worker.Options{Handlers: testHandlers()}))
 		case "hostile-worker":
 			os.Exit(hostileWorker(os.Args[2:]))
 		}

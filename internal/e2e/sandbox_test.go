@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"golang.org/x/sys/unix"
+)
+
+// testHandlers are handlers built only into this test binary's workers.
+func testHandlers() map[string]http.Handler {
+	return map[string]http.Handler{"attack": http.HandlerFunc(attack)}
+}
+
+// attack tries what a compromised worker would, as named by ?try=, and
+// reports the errno when it survives.
+func attack(w http.ResponseWriter, r *http.Request) {
+	var err error
+	switch r.URL.Query().Get("try") {
+	case "socket":
+		var fd int
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+	case "connect":
+		var c net.Conn
+		c, err = net.Dial("tcp", r.URL.Query().Get("addr"))
+		if err == nil {
+			c.Close()
+		}
+	case "exec":
+		err = syscall.Exec("/bin/sh", []string{"sh", "-c", "true"}, nil)
+	case "open":
+		var f *os.File
+		f, err = os.Open("/etc/passwd")
+		if err == nil {
+			f.Close()
+		}
+	case "write":
+		var f *os.File
+		f, err = os.OpenFile(r.URL.Query().Get("path"), os.O_WRONLY|os.O_CREATE, 0o644)
+		if err == nil {
+			f.Close()
+		}
+	}
+	var errno syscall.Errno
+	switch {
+	case err == nil:
+		fmt.Fprintln(w, "SUCCEEDED")
+	case errors.As(err, &errno):
+		fmt.Fprintln(w, unix.ErrnoName(errno))
+	default:
+		fmt.Fprintln(w, "error:", err)
+	}
+}
+
+func sandboxConfig(www string) string {
+	return fmt.Sprintf(`
+workers {
+  count       = 2
+  concurrency = 4
+}
+route "/" {
+  static {
+    root = %q
+  }
+}
+route "/ok" {
+  respond {
+    body = "ok\n"
+  }
+}
+route "/attack" {
+  embedded {
+    name = "attack"
+  }
+}
+`, www)
+}
+
+func docRoot(t *testing.T) string {
+	dir := workerReadableTempDir(t)
+	www := filepath.Join(dir, "www")
+	os.MkdirAll(www, 0o755)
+	os.WriteFile(filepath.Join(www, "index.html"), []byte("<h1>sandboxed</h1>\n"), 0o644)
+	return www
+}
+
+// The live worker, read from /proc and not from its own report: seccomp,
+// no_new_privs, an unprivileged uid and gid, its own namespaces, the chroot
+// as its root, and only the descriptors it needs.
+func TestSandboxLiveWorker(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the full sandbox is checked when started as root")
+	}
+	www := docRoot(t)
+	h := start(t, sandboxConfig(www))
+	// Hold one client connection at a worker: half a head.
+	c := dialFrom(t, "127.0.0.2", h.addr)
+	defer c.Close()
+	fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n")
+	s := h.waitFor("a connection at a worker", 10*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 1 })
+	var w supervisor.WorkerInfo
+	for _, wi := range s.Workers {
+		if wi.Active == 1 {
+			w = wi
+		}
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(status), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	if fields["Seccomp"] != "2" || fields["NoNewPrivs"] != "1" {
+		t.Errorf("Seccomp %q NoNewPrivs %q, want 2 and 1", fields["Seccomp"], fields["NoNewPrivs"])
+	}
+	for _, k := range []string{"Uid", "Gid"} {
+		for _, id := range strings.Fields(fields[k]) {
+			if id == "0" {
+				t.Errorf("%s %q holds 0", k, fields[k])
+			}
+		}
+	}
+	if fields["CapEff"] != "0000000000000000" {
+		t.Errorf("CapEff %s", fields["CapEff"])
+	}
+	for _, ns := range []string{"net", "mnt", "pid", "user"} {
+		mine, _ := os.Readlink("/proc/self/ns/" + ns)
+		theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", w.PID, ns))
+		if err != nil || mine == theirs {
+			t.Errorf("namespace %s: worker %q, supervisor %q (%v)", ns, theirs, mine, err)
+		}
+	}
+	root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", w.PID))
+	if err != nil || root == "/" || !strings.Contains(root, "gatehouse-empty") {
+		t.Errorf("worker root %q (%v), want its private empty chroot", root, err)
+	}
+	// Descriptors: 0–3, the client connection it serves, the document root
+	// it opened before the sandbox, and the Go runtime's own: its poller (an
+	// epoll instance and its wake-up eventfd) and the cgroup CPU limit files
+	// it opens at start to size GOMAXPROCS. Nothing else.
+	fdDir := fmt.Sprintf("/proc/%d/fd", w.PID)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockets := 0
+	for _, e := range ents {
+		target, _ := os.Readlink(filepath.Join(fdDir, e.Name()))
+		switch {
+		case e.Name() == "0" || e.Name() == "1" || e.Name() == "2":
+		case strings.HasPrefix(target, "socket:"):
+			sockets++
+		case target == "anon_inode:[eventpoll]", target == "anon_inode:[eventfd]", strings.HasPrefix(target, "/sys/fs/cgroup/"):
+		case target == www:
+		default:
+			t.Errorf("worker holds descriptor %s → %s", e.Name(), target)
+		}
+	}
+	// The channel (received as fd 3, re-opened under the runtime's poller
+	// at another number) and the one client connection it serves.
+	if sockets != 2 {
+		t.Errorf("worker holds %d sockets, want 2: its channel and the client connection it serves", sockets)
+	}
+	fmt.Fprintf(c, "\r\n")
+	resp, _, err := readResponse(bufio.NewReader(c), "GET")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the held request: %v", err)
+	}
+	// The static handler serves from its root under chroot and Landlock.
+	cl := newClient(t, "127.0.0.3", h.addr)
+	if resp, body, err := cl.get("/"); err != nil || resp.StatusCode != 200 || !strings.Contains(body, "sandboxed") {
+		t.Fatalf("static under the sandbox: %v %q %v", resp, body, err)
+	}
+	for _, l := range w.Sandbox {
+		if strings.HasPrefix(l, "-") {
+			t.Errorf("layer not applied: %s", l)
+		}
+	}
+}
+
+// A worker that tries what it may not is stopped: killed by seccomp (SIGSYS,
+// logged with the signal, replaced) or refused with an errno; the other
+// worker's clients are served throughout.
+func TestSandboxAttacks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the full sandbox is checked when started as root")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct {
+		try    string
+		errnos []string // acceptable errnos when it is not killed
+	}{
+		{"socket", nil},
+		{"connect&addr=" + ln.Addr().String(), nil},
+		{"exec", nil},
+		{"open", []string{"ENOENT", "EACCES", "EPERM"}},
+		{"write&path=/index.html", nil},
+	} {
+		t.Run(strings.Split(tc.try, "&")[0], func(t *testing.T) {
+			www := docRoot(t)
+			h := start(t, sandboxConfig(www))
+			warmBothWorkers(t, h)
+			before := h.snapshot()
+			// Another client, served throughout.
+			stop := make(chan struct{})
+			served := make(chan error, 1)
+			go func() {
+				cl := newClient(t, "127.0.0.3", h.addr)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						served <- nil
+						return
+					default:
+					}
+					resp, _, err := cl.get("/ok")
+					if err != nil || resp.StatusCode != 200 {
+						served <- fmt.Errorf("other client, request %d: %v", i, err)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			cl := newClient(t, "127.0.0.2", h.addr)
+			resp, body, err := cl.get("/attack?try=" + tc.try)
+			killed := err != nil
+			switch {
+			case killed:
+				s := h.waitFor("the killed worker's replacement", 20*time.Second, func(s supervisor.Snapshot) bool {
+					return s.Counters["worker_deaths"] > before.Counters["worker_deaths"] && settled(2)(s)
+				})
+				if !strings.Contains(h.logs.String(), "signal 31") {
+					t.Errorf("the death was not logged with SIGSYS")
+				}
+				t.Logf("%s: worker killed by seccomp and replaced (restarts %d)", tc.try, s.Workers[0].Restarts+s.Workers[1].Restarts)
+			case resp.StatusCode != 200:
+				t.Fatalf("status %d", resp.StatusCode)
+			default:
+				got := strings.TrimSpace(body)
+				ok := false
+				for _, e := range tc.errnos {
+					ok = ok || got == e
+				}
+				if !ok {
+					t.Fatalf("the attempt was neither killed nor refused with %v: %q", tc.errnos, got)
+				}
+				t.Logf("%s: refused with %s", tc.try, got)
+			}
+			close(stop)
+			if err := <-served; err != nil {
+				t.Error(err)
+			}
+			if _, err := os.Stat(filepath.Join(www, "index.html.new")); err == nil {
+				t.Error("a file appeared in the document root")
+			}
+		})
+	}
+}
+
+// warmBothWorkers makes each of the two workers serve a request, so that a
+// death is not that of a worker which never served (those are throttled).
+func warmBothWorkers(t *testing.T, h *harness) {
+	t.Helper()
+	var conns []net.Conn
+	for i := 0; i < 2; i++ {
+		c := dialFrom(t, "127.0.0.4", h.addr)
+		defer c.Close()
+		fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n")
+		conns = append(conns, c)
+	}
+	h.waitFor("one held connection per worker", 10*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Workers[0].Active == 1 && s.Workers[1].Active == 1
+	})
+	for _, c := range conns {
+		fmt.Fprintf(c, "\r\n")
+		if _, _, err := readResponse(bufio.NewReader(c), "GET"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitFor("both workers served", 10*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Workers[0].Served > 0 && s.Workers[1].Served > 0
+	})
+}
