@@ -88,21 +88,29 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	if err := closeOnExecInherited(); err != nil {
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
-	spec, err := newWorkerSpec(cfg, opts)
-	if err != nil {
-		closeInherited(opts.Inherited)
-		return nil, err
-	}
 	s := &Supervisor{
 		cfg:   cfg,
 		opts:  opts,
 		log:   opts.Logger,
-		spec:  spec,
 		msgs:  make(chan any, 1024),
 		ready: make(chan struct{}),
 		start: time.Now(),
 	}
+	var err error
 	if s.listeners, err = openListeners(cfg, opts.Inherited); err != nil {
+		return nil, err
+	}
+	// With the listeners bound, the supervisor keeps no privilege it does
+	// not need: no_new_privs always, and the configured user when root.
+	// The workers' sandbox is then arranged as that user.
+	kept, err := sandbox.DropSupervisor(cfg.User)
+	if err != nil {
+		s.closeListeners()
+		return nil, fmt.Errorf("dropping privileges: %w", err)
+	}
+	opts.Logger.Info("supervisor privileges", "kept", kept)
+	if s.spec, err = newWorkerSpec(cfg, opts); err != nil {
+		s.closeListeners()
 		return nil, err
 	}
 	if s.poller, err = poll.New(); err != nil {

@@ -302,3 +302,42 @@ func warmBothWorkers(t *testing.T, h *harness) {
 		return s.Workers[0].Served > 0 && s.Workers[1].Served > 0
 	})
 }
+
+// The supervisor keeps only what it needs: after binding it runs as `user`
+// with no_new_privs and just the capabilities that spawn sandboxed workers.
+func TestSupervisorDropsToUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("dropping privileges is checked when started as root")
+	}
+	dir := writeConfig(t, `
+user = "nobody"
+`)
+	p := startBinary(t, dir, 0, "-config", "gatehouse.hcl")
+	p.waitServing(t, "/ok")
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"Uid":        "65534\t65534\t65534\t65534",
+		"Gid":        "65534\t65534\t65534\t65534",
+		"NoNewPrivs": "1",
+		"CapEff":     "00000000002000c0", // cap_sys_admin, cap_setuid, cap_setgid
+		"CapBnd":     "00000000002000c0",
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if w, ok := want[k]; ok {
+			if got := strings.TrimSpace(v); got != w {
+				t.Errorf("supervisor %s = %q, want %q", k, got, w)
+			}
+			delete(want, k)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("missing from status: %v", want)
+	}
+	if strings.Contains(p.log(), "-namespace") {
+		t.Errorf("a namespace layer did not apply:\n%s", p.log())
+	}
+}
