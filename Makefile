@@ -11,8 +11,12 @@ FUZZTIME ?= 30s
 
 all: build
 
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/gatehouse-dev/gatehouse/supervisor.Version=$(VERSION)
+
 build:
-	$(GO) build -o $(BIN)/gatehouse ./cmd/gatehouse
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gatehouse ./cmd/gatehouse
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gatehousectl ./cmd/gatehousectl
 
 run: build
 	$(BIN)/gatehouse -config examples/gatehouse.hcl

@@ -159,6 +159,12 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"worker_kills":       d.c.workerKills,
 			"refused_per_client": d.c.refused[refusedPerClient],
 			"refused_queued":     d.c.refused[refusedQueued],
+			"ipc_overloaded":     d.c.ipcOverloaded,
+			"upstream_refused":   d.c.upstreamRefused,
+			"upstream_errors":    d.c.upstreamErrors,
+			"rate_limited":       d.c.rateLimited,
+			// A gauge, not a counter: the rate limiter's buckets now.
+			"rate_limit_buckets": uint64(d.limiter.len()),
 		},
 	}
 	s.Responses = map[string]uint64{"other": d.c.byClass[0]}

@@ -1,10 +1,14 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"sort"
 
+	"github.com/gatehouse-dev/gatehouse/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -70,4 +74,90 @@ func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
 		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
 	}
 	return netip.AddrPort{}
+}
+
+// openListeners makes the listening sockets of cfg, in configuration order: a
+// listener named in inherited adopts that descriptor (socket activation), the
+// others are bound. It takes ownership of every inherited descriptor: on
+// error all of them, and every socket bound so far, are closed. An inherited
+// descriptor whose name no listener has is an error.
+func openListeners(cfg *config.Config, inherited map[string]int) ([]listener, error) {
+	var out []listener
+	fail := func(err error) ([]listener, error) {
+		for _, l := range out {
+			unix.Close(l.fd)
+		}
+		for name, fd := range inherited {
+			if !slices.ContainsFunc(out, func(l listener) bool { return l.name == name }) {
+				unix.Close(fd)
+			}
+		}
+		return nil, err
+	}
+	var unknown []string
+	for name := range inherited {
+		if !slices.ContainsFunc(cfg.Listeners, func(l config.Listener) bool { return l.Name == name }) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fail(fmt.Errorf("%w: inherited socket for listener %q, which the configuration does not have", ErrBind, unknown[0]))
+	}
+	for _, l := range cfg.Listeners {
+		var (
+			fd    int
+			bound netip.AddrPort
+			err   error
+		)
+		if ifd, ok := inherited[l.Name]; ok {
+			fd, bound, err = adoptListener(ifd) // on error, fail closes ifd
+		} else {
+			fd, bound, err = bindTCP(l.Address)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("%w: listener %q: %w", ErrBind, l.Name, err))
+		}
+		out = append(out, listener{id: uint64(len(out)), name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound})
+	}
+	return out, nil
+}
+
+// errNotListening is returned by adoptListener for a descriptor that is not a
+// listening TCP socket.
+var errNotListening = errors.New("not a listening TCP socket")
+
+// adoptListener checks that fd, inherited from the init system, is a
+// listening TCP socket and makes it non-blocking and close-on-exec, as
+// bindTCP's sockets are. It stays a raw descriptor for the loop (never a
+// net.Listener, whose netpoller registration would fight the dispatcher's
+// epoll set). On error the caller still owns fd.
+func adoptListener(fd int) (int, netip.AddrPort, error) {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("getsockopt", err))
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("getsockname", err))
+	}
+	bound := sockaddrAddrPort(sa)
+	if typ != unix.SOCK_STREAM || !bound.IsValid() {
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, errNotListening)
+	}
+	if on, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || on == 0 {
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d (%s): %w", fd, bound, errNotListening)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("fcntl", err))
+	}
+	unix.CloseOnExec(fd)
+	return fd, bound, nil
+}
+
+// closeInherited closes every inherited descriptor, for New's early errors.
+func closeInherited(inherited map[string]int) {
+	for _, fd := range inherited {
+		unix.Close(fd)
+	}
 }

@@ -86,6 +86,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		opts.WorkerPath = "/proc/self/exe"
 	}
 	if err := closeOnExecInherited(); err != nil {
+		closeInherited(opts.Inherited)
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
 	s := &Supervisor{

@@ -127,7 +127,9 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 			switch {
 			case err == ipc.ErrWouldBlock:
 			case err == ipc.ErrClosed:
-				d.workerGone(w, "closed its channel", true)
+				// A draining worker closes its channel as it exits; any
+				// other worker doing so is broken and is killed.
+				d.workerGone(w, "closed its channel", w.state != workerDraining)
 			case errors.As(err, &fe):
 				d.killWorker(w, fe.Error())
 			default:

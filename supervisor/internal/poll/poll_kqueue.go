@@ -338,11 +338,13 @@ func (p *Poller) disableSibling(fd, fired int) {
 	p.disable = append(p.disable, k)
 }
 
-// drainWake clears the pending flag, then empties the pipe. A Wake that
-// lands between the two is either drained here (and so reported by this
-// Wait) or left in the pipe for the next Wait: never lost.
+// drainWake empties the pipe, then clears the pending flag. In the other
+// order a Wake landing between the two would set the flag and have its byte
+// drained here, leaving the flag set with the pipe empty: every later Wake
+// would skip its write and never be reported. In this order such a Wake finds
+// the flag still set and skips its write, and is reported by this Wait,
+// whose caller handles what was posted before it.
 func (p *Poller) drainWake() error {
-	p.wakePending.Store(false)
 	var b [64]byte
 	for {
 		_, err := unix.Read(p.wakeR, b[:])
@@ -350,6 +352,7 @@ func (p *Poller) drainWake() error {
 		case nil:
 			continue
 		case unix.EAGAIN:
+			p.wakePending.Store(false)
 			return nil
 		case unix.EINTR:
 			continue

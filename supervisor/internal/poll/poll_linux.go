@@ -184,16 +184,19 @@ func waitMillis(d time.Duration) int {
 	return int(min(ms, maxWaitMillis))
 }
 
-// drainWake clears the pending flag, then empties the eventfd. A Wake that
-// lands between the two is either drained here (and so reported by this
-// Wait) or left in the eventfd for the next Wait: never lost.
+// drainWake empties the eventfd, then clears the pending flag. In the other
+// order a Wake landing between the two would set the flag and have its write
+// drained here, leaving the flag set with the eventfd empty: every later Wake
+// would skip its write and never be reported. In this order such a Wake finds
+// the flag still set and skips its write, and is reported by this Wait,
+// whose caller handles what was posted before it.
 func (p *Poller) drainWake() error {
-	p.wakePending.Store(false)
 	var b [8]byte
 	for {
 		_, err := unix.Read(p.efd, b[:])
 		switch err {
 		case nil, unix.EAGAIN:
+			p.wakePending.Store(false)
 			return nil
 		case unix.EINTR:
 			continue

@@ -10,7 +10,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
@@ -19,12 +22,16 @@ import (
 )
 
 // Exit statuses, distinct so that an init system or a script can tell why
-// gatehouse stopped.
+// gatehouse stopped. A unit's RestartPreventExitStatus=2 keeps systemd from
+// restarting a service whose configuration is broken.
 const (
-	ExitOK     = 0
+	ExitOK     = 0 // stopped by SIGTERM, SIGINT or the admin socket's drain; -check passed
 	ExitError  = 1 // a runtime failure
 	ExitConfig = 2 // invalid flags or configuration
-	ExitBind   = 3 // a listener could not be bound
+	// ExitBind: a listener could not be bound, an inherited socket (socket
+	// activation) was malformed or matched no listener, or the admin socket
+	// could not be created.
+	ExitBind = 3
 )
 
 // Main runs gatehouse with args (without the program name) and returns its
@@ -37,8 +44,13 @@ func Main(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration `file` (default: the embedded example configuration)")
 	check := fs.Bool("check", false, "validate the configuration and exit")
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return ExitConfig
+	}
+	if *version {
+		fmt.Fprintf(stderr, "gatehouse %s\n", supervisor.Version)
+		return ExitOK
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "gatehouse: unexpected argument %q\n", fs.Arg(0))
@@ -65,7 +77,40 @@ func Main(args []string, stderr io.Writer) int {
 		JSONFormat: cfg.Log.Format == "json",
 		Output:     stderr,
 	})
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, ConfigPath: *path})
+	return serve(cfg, *path, log)
+}
+
+// serve runs the supervisor for cfg until a signal or a drain, and returns the
+// exit status.
+func serve(cfg *config.Config, path string, log hclog.Logger) int {
+	// Socket activation: the init system's sockets replace the bindings of
+	// the listeners they match. ListenFDs unsets LISTEN_* either way.
+	socks, err := supervisor.ListenFDs()
+	if err != nil {
+		log.Error("starting", "error", err)
+		return ExitBind
+	}
+	inherited, err := supervisor.MatchInherited(cfg, socks)
+	if err != nil {
+		log.Error("starting", "error", err)
+		return ExitBind
+	}
+	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace}
+	// The admin socket is created before New, which may drop privileges to
+	// the configured user; it is served once the supervisor exists.
+	var adm *supervisor.AdminServer
+	if cfg.Admin.Socket != "" {
+		adm, err = supervisor.ListenAdmin(supervisor.AdminOptions{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain})
+		if err != nil {
+			log.Error("starting", "error", err)
+			for _, fd := range inherited {
+				syscall.Close(fd)
+			}
+			return ExitBind
+		}
+		defer adm.Close()
+	}
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, ConfigPath: path, Inherited: inherited})
 	if err != nil {
 		log.Error("starting", "error", err)
 		if errors.Is(err, supervisor.ErrBind) {
@@ -73,28 +118,101 @@ func Main(args []string, stderr io.Writer) int {
 		}
 		return ExitError
 	}
-	for _, a := range sup.Addrs() {
-		log.Info("listening", "address", a.String())
+	svc.sup = sup
+	for i, a := range sup.Addrs() {
+		if fd, ok := inherited[cfg.Listeners[i].Name]; ok {
+			log.Info("listening", "address", a.String(), "listener", cfg.Listeners[i].Name, "inherited_fd", fd)
+		} else {
+			log.Info("listening", "address", a.String(), "listener", cfg.Listeners[i].Name)
+		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	if adm != nil {
+		go func() {
+			if err := adm.Serve(sup); err != nil {
+				log.Error("admin socket stopped", "error", err)
+			}
+		}()
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		for {
 			select {
-			case <-hup:
-				// Errors are logged by Reload; the running configuration stays.
-				sup.Reload(ctx)
-			case <-ctx.Done():
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					// Errors are logged by Reload; the running configuration
+					// stays. Off this goroutine, so that a SIGTERM during a
+					// reload is not kept waiting.
+					go svc.reload(ctx)
+					continue
+				}
+				if ctx.Err() == nil {
+					log.Info("stopping", "signal", sig.String())
+					svc.stopping(sig.String())
+					cancel()
+				}
+			case <-done:
 				return
 			}
 		}
 	}()
+	go svc.notify.watch(done, sup, &svc.started)
+
 	if err := sup.Run(ctx); err != nil {
 		log.Error("stopped", "error", err)
 		return ExitError
 	}
 	return ExitOK
+}
+
+// service ties the supervisor to the init system: the notifications around
+// reloads and stops.
+type service struct {
+	sup    *supervisor.Supervisor // set once New succeeded, before any use
+	notify *notifier
+	log    hclog.Logger
+	grace  time.Duration
+	// started is set once READY=1 was sent.
+	started  atomic.Bool
+	reloadMu sync.Mutex // one reload at a time: SIGHUP and the admin socket
+}
+
+// reload reloads the configuration (SIGHUP, admin reload), with RELOADING=1
+// before and READY=1 after. Before the first READY=1 it tells the service
+// manager nothing: that would announce readiness early.
+func (s *service) reload(ctx context.Context) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if !s.started.Load() {
+		return s.sup.Reload(ctx)
+	}
+	s.notify.reloading("reloading the configuration")
+	err := s.sup.Reload(ctx)
+	status := "configuration reloaded"
+	if snap, serr := snapshot(s.sup, 5*time.Second); serr == nil {
+		status = statusLine(snap)
+	}
+	if err != nil {
+		status = "reload failed, serving with the previous configuration: " + oneLine(err.Error())
+	}
+	s.notify.ready(status)
+	return err
+}
+
+// stopping sends STOPPING=1.
+func (s *service) stopping(why string) {
+	s.notify.stopping(fmt.Sprintf("stopping (%s): finishing in-flight requests within %v", why, s.grace))
+}
+
+// drain is the admin socket's drain.
+func (s *service) drain() {
+	s.log.Info("draining on request of the admin socket")
+	s.stopping("drain")
+	s.sup.Drain()
 }

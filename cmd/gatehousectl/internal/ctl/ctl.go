@@ -1,0 +1,271 @@
+// Package ctl is the body of gatehousectl: it sends one command to
+// gatehouse's admin socket and prints the reply, as tables for people or as
+// JSON for scripts.
+package ctl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+)
+
+// Exit statuses.
+const (
+	ExitOK          = 0
+	ExitReply       = 1 // gatehouse answered with an error
+	ExitUsage       = 2 // invalid flags or command line
+	ExitUnreachable = 3 // the admin socket could not be reached or answered nothing usable
+)
+
+// DefaultSocket is the admin socket used without -socket or
+// GATEHOUSE_ADMIN_SOCKET.
+const DefaultSocket = "/run/gatehouse/admin.sock"
+
+// SocketEnv names the environment variable that overrides DefaultSocket.
+const SocketEnv = "GATEHOUSE_ADMIN_SOCKET"
+
+const (
+	dialTimeout = 5 * time.Second
+	// replyTimeout bounds the wait for a reply; reload gets longer, since
+	// the supervisor validates the file and may bind listeners.
+	replyTimeout  = 15 * time.Second
+	reloadTimeout = 75 * time.Second
+)
+
+const usage = `usage: gatehousectl [-socket PATH] [-json] COMMAND [ARGS]
+
+Commands:
+  status            version, uptime, listeners, pool and every worker
+  workers           every worker slot: pid, state, sandbox layers, load, restarts
+  conns             connections by state
+  clients [N]       the N client keys holding the most slots (default 20)
+  metrics           metrics in the Prometheus text format
+  reload            read the configuration file again (as SIGHUP)
+  drain             stop accepting, finish in-flight requests, exit
+  log-level LEVEL   trace, debug, info, warn or error
+
+Flags may come before or after the command.
+`
+
+// Run runs gatehousectl with args (without the program name) and returns its
+// exit status.
+func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("gatehousectl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage+"\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	socket := fs.String("socket", "", "admin socket `path` (default $"+SocketEnv+", else "+DefaultSocket+")")
+	asJSON := fs.Bool("json", false, "print the reply as JSON")
+	// Flags may follow the command: parse, take one positional, repeat.
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitOK
+			}
+			return ExitUsage
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		rest = rest[1:]
+	}
+	if len(pos) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	path := *socket
+	if path == "" {
+		path = getenv(SocketEnv)
+	}
+	if path == "" {
+		path = DefaultSocket
+	}
+	req := adminapi.Request{Command: pos[0], Args: pos[1:]}
+	raw, reply, err := call(path, req)
+	if err != nil {
+		fmt.Fprintf(stderr, "gatehousectl: %v\n", err)
+		return ExitUnreachable
+	}
+	if *asJSON {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			buf.Reset()
+			buf.Write(raw)
+		}
+		buf.WriteByte('\n')
+		stdout.Write(buf.Bytes())
+	} else if reply.OK {
+		if err := printReply(stdout, req.Command, reply); err != nil {
+			fmt.Fprintf(stderr, "gatehousectl: %v\n", err)
+			return ExitReply
+		}
+	}
+	if !reply.OK {
+		fmt.Fprintf(stderr, "gatehousectl: %s: %s\n", req.Command, reply.Error)
+		return ExitReply
+	}
+	return ExitOK
+}
+
+// call sends req on a new connection to the socket at path and returns the
+// reply line and its decoding.
+func call(path string, req adminapi.Request) ([]byte, adminapi.Reply, error) {
+	var reply adminapi.Reply
+	c, err := net.DialTimeout("unix", path, dialTimeout)
+	if err != nil {
+		return nil, reply, fmt.Errorf("cannot reach gatehouse's admin socket: %w "+
+			"(is gatehouse running with an admin { socket = ... } block, and are you root or its user? Use -socket or $%s.)", err, SocketEnv)
+	}
+	defer c.Close()
+	limit := replyTimeout
+	if req.Command == adminapi.CmdReload {
+		limit = reloadTimeout
+	}
+	c.SetDeadline(time.Now().Add(limit))
+	line, err := json.Marshal(req)
+	if err != nil {
+		return nil, reply, err
+	}
+	// A write error is not the end: gatehouse refuses a peer (another uid,
+	// too many connections) by replying and closing before it reads, so
+	// the reply may be waiting even though the request could not be sent.
+	_, werr := c.Write(append(line, '\n'))
+	raw, err := bufio.NewReader(c).ReadBytes('\n')
+	if len(raw) == 0 && err != nil {
+		if werr != nil {
+			return nil, reply, fmt.Errorf("sending to %s: %w", path, werr)
+		}
+		return nil, reply, fmt.Errorf("no reply from %s: %w", path, err)
+	}
+	raw = bytes.TrimRight(raw, "\n")
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		return nil, reply, fmt.Errorf("unreadable reply from %s: %w", path, err)
+	}
+	return raw, reply, nil
+}
+
+// printReply writes a successful reply for people.
+func printReply(w io.Writer, cmd string, r adminapi.Reply) error {
+	switch {
+	case r.Status != nil:
+		return printStatus(w, r.Status)
+	case cmd == adminapi.CmdWorkers:
+		return printWorkers(w, r.Workers)
+	case r.Conns != nil:
+		return printConns(w, r.Conns)
+	case cmd == adminapi.CmdClients:
+		return printClients(w, r.Clients)
+	case cmd == adminapi.CmdMetrics:
+		_, err := io.WriteString(w, r.Metrics)
+		return err
+	case r.Message != "":
+		_, err := fmt.Fprintln(w, r.Message)
+		return err
+	}
+	_, err := fmt.Fprintln(w, "ok")
+	return err
+}
+
+func printStatus(w io.Writer, s *adminapi.Status) error {
+	cfg := s.ConfigFile
+	if cfg == "" {
+		cfg = "(built-in)"
+	}
+	state := "serving"
+	if s.Stopping {
+		state = "stopping"
+	}
+	uptime := (time.Duration(s.UptimeSeconds) * time.Second).String()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "gatehouse\t%s, pid %d, %s, up %s\n", s.Version, s.PID, state, uptime)
+	fmt.Fprintf(tw, "config\t%s\n", cfg)
+	fmt.Fprintf(tw, "listeners\t%s\n", strings.Join(s.Listeners, " "))
+	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %d before a first request\n",
+		s.Pool, s.Share, s.AtWorkers, s.Waiting, s.Queued)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return printWorkers(w, s.Workers)
+}
+
+func printWorkers(w io.Writer, ws []adminapi.Worker) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT\tPID\tSTATE\tACTIVE\tSERVED\tRESTARTS\tBACKOFF\tSANDBOX")
+	for _, x := range ws {
+		pid := "-"
+		if x.PID != 0 {
+			pid = fmt.Sprint(x.PID)
+		}
+		backoff := "-"
+		if x.BackoffSeconds > 0 {
+			backoff = time.Duration(x.BackoffSeconds * float64(time.Second)).Round(time.Millisecond).String()
+		}
+		sandbox := strings.Join(x.Sandbox, " ")
+		if sandbox == "" {
+			sandbox = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Slot, pid, x.State, x.Active, x.Served, x.Restarts, backoff, sandbox)
+	}
+	return tw.Flush()
+}
+
+// connStates is the order conns prints states in; others follow by name.
+var connStates = []string{"fresh", "idle", "waiting", "at_worker", "linger"}
+
+func printConns(w io.Writer, c *adminapi.Conns) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tCONNECTIONS")
+	seen := map[string]bool{}
+	for _, st := range connStates {
+		seen[st] = true
+		fmt.Fprintf(tw, "%s\t%d\n", st, c.ByState[st])
+	}
+	var more []string
+	for st := range c.ByState {
+		if !seen[st] {
+			more = append(more, st)
+		}
+	}
+	sort.Strings(more)
+	for _, st := range more {
+		fmt.Fprintf(tw, "%s\t%d\n", st, c.ByState[st])
+	}
+	fmt.Fprintf(tw, "total\t%d\n", c.Total)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d of %d pool slots at workers (%d per client), %d waiting for a slot, %d before a first request\n",
+		c.AtWorkers, c.Pool, c.Share, c.Waiting, c.Queued)
+	return err
+}
+
+func printClients(w io.Writer, cs []adminapi.Client) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLIENT\tSLOTS\tCONNS\tWAITING\tWAITS\tTRUSTED")
+	for _, c := range cs {
+		trusted := ""
+		if c.Trusted {
+			trusted = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", c.Key, c.Out, c.Conns, c.Waiting, c.Waits, trusted)
+	}
+	return tw.Flush()
+}

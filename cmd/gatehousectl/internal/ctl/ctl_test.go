@@ -1,0 +1,142 @@
+package ctl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+)
+
+// fakeAdmin answers each connection's one request with reply and records
+// the requests.
+func fakeAdmin(t *testing.T, reply adminapi.Reply) (string, chan adminapi.Request) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admin.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	reqs := make(chan adminapi.Request, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			line, _ := bufio.NewReader(c).ReadBytes('\n')
+			var req adminapi.Request
+			json.Unmarshal(line, &req)
+			reqs <- req
+			b, _ := json.Marshal(reply)
+			c.Write(append(b, '\n'))
+			c.Close()
+		}
+	}()
+	return path, reqs
+}
+
+func run(args []string, env map[string]string) (string, string, int) {
+	var out, errb bytes.Buffer
+	code := Run(args, &out, &errb, func(k string) string { return env[k] })
+	return out.String(), errb.String(), code
+}
+
+func TestFlagsAnywhere(t *testing.T) {
+	sock, reqs := fakeAdmin(t, adminapi.Reply{OK: true, Message: "log level set to debug"})
+	tests := []struct {
+		args    []string
+		env     map[string]string
+		cmd     string
+		cmdArgs []string
+		json    bool
+	}{
+		{[]string{"-socket", sock, "log-level", "debug"}, nil, "log-level", []string{"debug"}, false},
+		{[]string{"log-level", "-socket", sock, "debug", "-json"}, nil, "log-level", []string{"debug"}, true},
+		{[]string{"-json", "clients", "5", "--socket=" + sock}, nil, "clients", []string{"5"}, true},
+		{[]string{"status"}, map[string]string{SocketEnv: sock}, "status", nil, false},
+	}
+	for _, tt := range tests {
+		out, errs, code := run(tt.args, tt.env)
+		if code != ExitOK {
+			t.Errorf("%v: exit %d: %s", tt.args, code, errs)
+			continue
+		}
+		req := <-reqs
+		if req.Command != tt.cmd || strings.Join(req.Args, " ") != strings.Join(tt.cmdArgs, " ") {
+			t.Errorf("%v: sent %+v, want %s %v", tt.args, req, tt.cmd, tt.cmdArgs)
+		}
+		if tt.json {
+			var r adminapi.Reply
+			if err := json.Unmarshal([]byte(out), &r); err != nil || !r.OK {
+				t.Errorf("%v: -json output %q: %v", tt.args, out, err)
+			}
+		} else if !strings.Contains(out, "log level set to debug") && tt.cmd == "log-level" {
+			t.Errorf("%v: output %q", tt.args, out)
+		}
+	}
+}
+
+func TestExitStatuses(t *testing.T) {
+	sock, _ := fakeAdmin(t, adminapi.Reply{Error: `unknown command "x"`})
+	if _, errs, code := run([]string{"-socket", sock, "x"}, nil); code != ExitReply || !strings.Contains(errs, `unknown command "x"`) {
+		t.Errorf("error reply: exit %d, %q", code, errs)
+	}
+	if out, _, code := run([]string{"-socket", sock, "-json", "x"}, nil); code != ExitReply || !json.Valid([]byte(out)) {
+		t.Errorf("error reply with -json: exit %d, %q", code, out)
+	}
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	if _, errs, code := run([]string{"-socket", missing, "status"}, nil); code != ExitUnreachable || !strings.Contains(errs, "cannot reach") {
+		t.Errorf("no server: exit %d, %q", code, errs)
+	}
+	if _, errs, code := run([]string{"status"}, map[string]string{SocketEnv: missing}); code != ExitUnreachable || !strings.Contains(errs, missing) {
+		t.Errorf("socket from the environment: exit %d, %q", code, errs)
+	}
+	if _, errs, code := run(nil, nil); code != ExitUsage || !strings.Contains(errs, "usage") {
+		t.Errorf("no command: exit %d, %q", code, errs)
+	}
+	if _, _, code := run([]string{"-bogus"}, nil); code != ExitUsage {
+		t.Errorf("unknown flag: exit %d", code)
+	}
+	if _, errs, code := run([]string{"status"}, nil); code != ExitUnreachable || !strings.Contains(errs, DefaultSocket) {
+		t.Errorf("default socket: exit %d, %q", code, errs)
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Status: &adminapi.Status{
+		Version: "v1.2.3", PID: 42, UptimeSeconds: 125, ConfigFile: "/etc/gatehouse.hcl",
+		Listeners: []string{"127.0.0.1:8080", "[::1]:8080"}, Pool: 32, Share: 8,
+		Workers: []adminapi.Worker{
+			{Slot: 0, PID: 100, State: "ready", Sandbox: []string{"+namespace/user", "+seccomp"}, Active: 3, Served: 1000, Restarts: 2},
+			{Slot: 1, State: "dead", Restarts: 5, BackoffSeconds: 1.6},
+		},
+	}})
+	out, errs, code := run([]string{"-socket", sock, "status"}, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"v1.2.3, pid 42, serving, up 2m5s", "/etc/gatehouse.hcl", "127.0.0.1:8080 [::1]:8080", "32 slots, 8 per client",
+		"SLOT", "SANDBOX", "+namespace/user +seccomp", "1.6s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	lines := strings.Split(out, "\n")
+	var w1 string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "1 ") {
+			w1 = l
+		}
+	}
+	if f := strings.Fields(w1); len(f) != 8 || f[1] != "-" || f[2] != "dead" {
+		t.Errorf("dead worker row %q", w1)
+	}
+}

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"math"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+)
+
+// A worker killed 20 times in a row is respawned after growing delays (100 ms
+// doubling to 10 s), seen in `gatehousectl status -json`, and serves again
+// once the kills stop. Before each kill the worker serves one request: one
+// that dies before its first request is throttled for a minute instead.
+// About 2.5 minutes (the delays add up to 143 s).
+func TestOpsWorkerBackoff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes about 2.5 minutes")
+	}
+	p, sock, _ := startAdmin(t, `
+workers {
+  count = 1
+}
+limits {
+  no_worker_timeout = "30s"
+}
+`)
+	worker := func() adminapi.Worker {
+		t.Helper()
+		st := ctlJSON(t, sock, "status").Status
+		if len(st.Workers) != 1 {
+			t.Fatalf("status: %+v", st)
+		}
+		return st.Workers[0]
+	}
+	waitWorker := func(what string, limit time.Duration, cond func(adminapi.Worker) bool) adminapi.Worker {
+		t.Helper()
+		deadline := time.Now().Add(limit)
+		for {
+			w := worker()
+			if cond(w) {
+				return w
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting %v for %s: worker %+v", limit, what, w)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	want := 0.1
+	for i := range 20 {
+		before := worker()
+		// One request reaches the (only) worker, waiting out its respawn.
+		if code, _ := opsGet(t, p.addr, "/ok"); code != 200 {
+			t.Fatalf("kill %d: GET /ok: %d", i, code)
+		}
+		w := waitWorker("the request to be counted", 10*time.Second, func(w adminapi.Worker) bool {
+			return w.Served > before.Served && w.State == "ready" && w.PID > 0
+		})
+		killed := time.Now()
+		if err := syscall.Kill(w.PID, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %d: %v", i, err)
+		}
+		dead := waitWorker("the death to be seen", 10*time.Second, func(x adminapi.Worker) bool { return x.Restarts == w.Restarts+1 })
+		if math.Abs(dead.BackoffSeconds-want) > 1e-9 {
+			t.Errorf("kill %d: backoff %vs, want %vs", i+1, dead.BackoffSeconds, want)
+		}
+		back := waitWorker("the respawn", 30*time.Second, func(x adminapi.Worker) bool { return x.State == "ready" && x.PID != w.PID })
+		took := time.Since(killed)
+		if took.Seconds() < dead.BackoffSeconds {
+			t.Errorf("kill %d: respawned after %v, before its %vs backoff", i+1, took, dead.BackoffSeconds)
+		}
+		t.Logf("kill %2d: backoff %5.1fs, ready again after %v (pid %d → %d)", i+1, dead.BackoffSeconds, took.Round(time.Millisecond), w.PID, back.PID)
+		want = math.Min(2*want, 10)
+	}
+
+	// The kills stop: the worker serves.
+	for range 5 {
+		if code, body := opsGet(t, p.addr, "/ok"); code != 200 || body != "ok\n" {
+			t.Fatalf("after the kills: %d %q", code, body)
+		}
+	}
+	w := worker()
+	if w.State != "ready" || w.Restarts != 20 || w.BackoffSeconds != 10 {
+		t.Errorf("after the kills: %+v", w)
+	}
+	m := ctlJSON(t, sock, "metrics").Metrics
+	if !strings.Contains(m, `gatehouse_worker_deaths_total{signal="SIGKILL"} 20`) || !strings.Contains(m, `gatehouse_worker_restarts_total{slot="0"} 20`) {
+		t.Errorf("metrics after 20 kills lack the deaths and restarts:\n%s", m)
+	}
+}

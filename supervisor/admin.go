@@ -1,0 +1,510 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// Version is gatehouse's version, reported by the admin socket's status and
+// by the gatehouse_build_info metric. Set it when building:
+//
+//	go build -ldflags "-X github.com/gatehouse-dev/gatehouse/supervisor.Version=v1.2.3"
+var Version = "dev"
+
+const (
+	// adminMaxConns bounds the admin connections served at once; one over
+	// it gets an error reply and is closed.
+	adminMaxConns = 16
+	// adminSocketMode is the admin socket's file mode (SPEC §6).
+	adminSocketMode = 0o600
+	// adminDirMode is the mode of the socket's directory when the
+	// supervisor has to create it.
+	adminDirMode = 0o750
+	// adminReloadTimeout bounds a reload asked on the admin socket.
+	adminReloadTimeout = time.Minute
+)
+
+// AdminOptions configure an admin socket.
+type AdminOptions struct {
+	// Path is the socket's path (config Admin.Socket).
+	Path string
+	// Logger receives the admin socket's log. Default: hclog.Default().
+	Logger hclog.Logger
+	// Reload performs the reload command. Default: the served Supervisor's
+	// Reload. The command wraps it to tell the init system.
+	Reload func(context.Context) error
+	// Drain performs the drain command. Default: the Supervisor's Drain.
+	Drain func()
+}
+
+// AdminServer serves the admin socket: one goroutine accepts, one per
+// connection (at most adminMaxConns) reads requests and answers them.
+// Requests reach the dispatcher only through Snapshot and the Supervisor's
+// other methods, like any goroutine's.
+type AdminServer struct {
+	s     *Supervisor  // set by Serve before any connection is served
+	opts  AdminOptions // immutable once Serve starts
+	log   hclog.Logger
+	ln    *net.UnixListener
+	file  os.FileInfo // the socket file created; removed on Close if still there
+	self  int         // the effective uid gatehouse had when it created the socket
+	slots chan struct{}
+	// ctx is cancelled by Close: replies waiting on the loop give up.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // connection goroutines
+
+	// mu guards conns and closed.
+	mu     sync.Mutex
+	conns  map[*net.UnixConn]struct{}
+	closed bool
+}
+
+// ListenAdmin creates the admin socket at opts.Path with mode 0600, so that
+// its errors are startup errors (ErrBind); Serve then answers on it. Call it
+// before New: New may drop the supervisor's privileges to the configured
+// user, who could neither create the socket in a root-owned directory nor be
+// trusted with it. The peers allowed are root and the user gatehouse runs as
+// now, never the account it drops to (the workers' account).
+//
+// A socket file already at the path is removed only when nothing answers on
+// it. A missing directory is created with mode 0750.
+func ListenAdmin(opts AdminOptions) (*AdminServer, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.Default()
+	}
+	fail := func(err error) (*AdminServer, error) {
+		return nil, fmt.Errorf("%w: admin socket %s: %w", ErrBind, opts.Path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(opts.Path), adminDirMode); err != nil {
+		return fail(err)
+	}
+	if err := removeStaleSocket(opts.Path); err != nil {
+		return fail(err)
+	}
+	ln, err := listenUnix(opts.Path)
+	if err != nil {
+		return fail(err)
+	}
+	fi, err := os.Lstat(opts.Path)
+	if err != nil {
+		ln.Close()
+		return fail(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &AdminServer{
+		opts: opts, log: opts.Logger.Named("admin"), ln: ln, file: fi, self: os.Geteuid(),
+		slots: make(chan struct{}, adminMaxConns), ctx: ctx, cancel: cancel,
+		conns: map[*net.UnixConn]struct{}{},
+	}
+	a.log.Info("admin socket listening", "path", opts.Path)
+	return a, nil
+}
+
+// listenUnix creates a listening Unix stream socket at path whose file has
+// mode 0600 before any peer can connect: the mode is set on the socket
+// before bind (Linux creates the file with it) and on the file after bind,
+// and listen comes last, so a connect before it is refused.
+func listenUnix(path string) (*net.UnixListener, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()                  // net.FileListener keeps a dup
+	unix.Fchmod(fd, adminSocketMode) // best effort: not every system honours it on a socket
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return nil, os.NewSyscallError("bind", err)
+	}
+	if err := os.Chmod(path, adminSocketMode); err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	if err := unix.Listen(fd, adminMaxConns); err != nil {
+		os.Remove(path)
+		return nil, os.NewSyscallError("listen", err)
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	return l.(*net.UnixListener), nil
+}
+
+// errAdminInUse is returned for an admin socket another process answers on.
+var errAdminInUse = errors.New("another process is serving on it")
+
+// removeStaleSocket removes a socket file left at path by a process that is
+// gone: only a socket, and only one that refuses connections.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s exists and is not a socket", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return errAdminInUse
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("probing the existing socket: %w", err)
+	}
+	return os.Remove(path)
+}
+
+// Path is the admin socket's path.
+func (a *AdminServer) Path() string { return a.opts.Path }
+
+// Serve answers admin connections about s until Close, then returns nil.
+// Call it once.
+func (a *AdminServer) Serve(s *Supervisor) error {
+	a.s = s
+	if a.opts.Reload == nil {
+		a.opts.Reload = s.Reload
+	}
+	if a.opts.Drain == nil {
+		a.opts.Drain = s.Drain
+	}
+	for {
+		c, err := a.ln.AcceptUnix()
+		if err != nil {
+			if a.isClosed() {
+				return nil
+			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+				a.log.Warn("accepting an admin connection", "error", err)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("admin socket: %w", err)
+		}
+		select {
+		case a.slots <- struct{}{}:
+		default:
+			a.log.Warn("admin connection refused: too many at once", "limit", adminMaxConns)
+			a.refuse(c, fmt.Sprintf("too many admin connections (at most %d at once)", adminMaxConns))
+			continue
+		}
+		if !a.track(c) {
+			<-a.slots
+			c.Close()
+			return nil
+		}
+		a.wg.Add(1)
+		go a.serveConn(c)
+	}
+}
+
+func (a *AdminServer) isClosed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
+}
+
+// track records c, or reports false once Close has begun.
+func (a *AdminServer) track(c *net.UnixConn) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.conns[c] = struct{}{}
+	return true
+}
+
+// Close stops accepting, ends every connection (a reply being written
+// finishes within its deadline), waits for their goroutines and removes the
+// socket file if it is still the one ListenAdmin created.
+func (a *AdminServer) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	err := a.ln.Close()
+	a.cancel()
+	for c := range a.conns {
+		c.SetReadDeadline(time.Now())
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	if fi, serr := os.Lstat(a.opts.Path); serr == nil && os.SameFile(fi, a.file) {
+		// After New dropped privileges this may fail; the next start
+		// removes the stale file.
+		if rerr := os.Remove(a.opts.Path); rerr != nil {
+			a.log.Debug("leaving the admin socket file", "error", rerr)
+		}
+	}
+	return err
+}
+
+// refuse writes one error reply to c and closes it, without blocking for
+// long: the accepting goroutine calls it.
+func (a *AdminServer) refuse(c *net.UnixConn, msg string) {
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	writeReply(c, adminapi.Reply{Error: msg})
+	c.Close()
+}
+
+// peerAllowed reports whether a peer of effective uid uid may use the admin
+// socket of a gatehouse started as self: root, or the same user.
+func peerAllowed(uid, self int) bool { return uid == 0 || uid == self }
+
+// serveConn answers one connection's requests until it ends, errs or stalls.
+func (a *AdminServer) serveConn(c *net.UnixConn) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("admin connection panicked", "error", fmt.Sprint(r))
+		}
+		a.mu.Lock()
+		delete(a.conns, c)
+		a.mu.Unlock()
+		c.Close()
+		<-a.slots
+		a.wg.Done()
+	}()
+	uid, err := peerUID(c)
+	if err != nil || !peerAllowed(uid, a.self) {
+		if err == nil {
+			err = fmt.Errorf("uid %d is neither root nor gatehouse's uid %d", uid, a.self)
+		}
+		a.log.Warn("admin connection refused", "uid", uid, "error", err)
+		c.SetWriteDeadline(time.Now().Add(adminapi.Timeout))
+		writeReply(c, adminapi.Reply{Error: "permission denied: " + err.Error()})
+		return
+	}
+	br := bufio.NewReaderSize(c, adminapi.MaxRequest+1)
+	for {
+		c.SetReadDeadline(time.Now().Add(adminapi.Timeout))
+		line, err := br.ReadSlice('\n')
+		var reply adminapi.Reply
+		last := false
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			reply, last = adminapi.Reply{Error: fmt.Sprintf("request longer than %d bytes", adminapi.MaxRequest)}, true
+		case err != nil && len(line) == 0:
+			return // closed, or stalled past the deadline
+		default:
+			// A final line may end at EOF instead of a newline.
+			last = err != nil
+			var req adminapi.Request
+			if err := parseRequest(line, &req); err != nil {
+				reply, last = adminapi.Reply{Error: err.Error()}, true
+				a.log.Warn("malformed admin request", "uid", uid, "error", err)
+			} else {
+				reply = a.do(req, uid)
+			}
+		}
+		c.SetWriteDeadline(time.Now().Add(adminapi.Timeout))
+		if err := writeReply(c, reply); err != nil || last {
+			return
+		}
+	}
+}
+
+// parseRequest decodes one request line: exactly one JSON object with only
+// Request's fields and a command.
+func parseRequest(line []byte, req *adminapi.Request) error {
+	line = bytes.TrimRight(line, "\r\n")
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return fmt.Errorf("malformed request: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("malformed request: more than one JSON value on the line")
+	}
+	if req.Command == "" {
+		return errors.New("malformed request: no command")
+	}
+	return nil
+}
+
+func writeReply(w io.Writer, r adminapi.Reply) error {
+	r.OK = r.Error == ""
+	b, err := json.Marshal(r)
+	if err != nil {
+		b, _ = json.Marshal(adminapi.Reply{Error: "encoding the reply: " + err.Error()})
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// do runs one command.
+func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
+	ctx, cancel := context.WithTimeout(a.ctx, adminapi.Timeout)
+	defer cancel()
+	noArgs := func() bool { return len(req.Args) == 0 }
+	argErr := func(usage string) adminapi.Reply {
+		return adminapi.Reply{Error: fmt.Sprintf("usage: %s", usage)}
+	}
+	switch req.Command {
+	case adminapi.CmdStatus, adminapi.CmdWorkers, adminapi.CmdConns, adminapi.CmdMetrics:
+		if !noArgs() {
+			return argErr(req.Command)
+		}
+		a.log.Debug("admin command", "command", req.Command, "uid", uid)
+		snap, err := a.s.Snapshot(ctx)
+		if err != nil {
+			return adminapi.Reply{Error: "supervisor did not answer: " + err.Error()}
+		}
+		switch req.Command {
+		case adminapi.CmdStatus:
+			return adminapi.Reply{Status: a.status(snap)}
+		case adminapi.CmdWorkers:
+			return adminapi.Reply{Workers: workersOf(snap)}
+		case adminapi.CmdConns:
+			return adminapi.Reply{Conns: connsOf(snap)}
+		default:
+			var buf bytes.Buffer
+			if err := snap.WritePrometheus(&buf); err != nil {
+				return adminapi.Reply{Error: err.Error()}
+			}
+			return adminapi.Reply{Metrics: buf.String()}
+		}
+	case adminapi.CmdClients:
+		n := adminapi.DefaultClients
+		if len(req.Args) > 1 {
+			return argErr("clients [N]")
+		}
+		if len(req.Args) == 1 {
+			v, err := strconv.Atoi(req.Args[0])
+			if err != nil || v < 1 {
+				return argErr("clients [N], N a positive count")
+			}
+			n = v
+		}
+		snap, err := a.s.Snapshot(ctx)
+		if err != nil {
+			return adminapi.Reply{Error: "supervisor did not answer: " + err.Error()}
+		}
+		return adminapi.Reply{Clients: topClients(snap, n)}
+	case adminapi.CmdReload:
+		if !noArgs() {
+			return argErr("reload")
+		}
+		a.log.Info("admin command", "command", req.Command, "uid", uid)
+		rctx, cancel := context.WithTimeout(a.ctx, adminReloadTimeout)
+		defer cancel()
+		if err := a.opts.Reload(rctx); err != nil {
+			return adminapi.Reply{Error: "reload failed, the running configuration stays: " + err.Error()}
+		}
+		return adminapi.Reply{Message: "configuration reloaded"}
+	case adminapi.CmdDrain:
+		if !noArgs() {
+			return argErr("drain")
+		}
+		a.log.Info("admin command", "command", req.Command, "uid", uid)
+		a.opts.Drain()
+		return adminapi.Reply{Message: "draining: no new connections; gatehouse exits once in-flight requests finish"}
+	case adminapi.CmdLogLevel:
+		if len(req.Args) != 1 {
+			return argErr("log-level trace|debug|info|warn|error")
+		}
+		a.log.Info("admin command", "command", req.Command, "level", req.Args[0], "uid", uid)
+		if err := a.s.SetLogLevel(req.Args[0]); err != nil {
+			return adminapi.Reply{Error: err.Error()}
+		}
+		return adminapi.Reply{Message: "log level set to " + req.Args[0]}
+	}
+	a.log.Warn("unknown admin command", "command", req.Command, "uid", uid)
+	return adminapi.Reply{Error: fmt.Sprintf("unknown command %q (status, workers, conns, clients, metrics, reload, drain, log-level)", req.Command)}
+}
+
+func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
+	st := &adminapi.Status{
+		Version:       Version,
+		PID:           os.Getpid(),
+		Started:       a.s.Started(),
+		UptimeSeconds: snap.Time.Sub(a.s.Started()).Seconds(),
+		ConfigFile:    a.s.ConfigPath(),
+		Pool:          snap.Pool,
+		Share:         snap.Share,
+		AtWorkers:     snap.AtWorkers,
+		Queued:        snap.Queued,
+		Waiting:       snap.Waiting,
+		Stopping:      snap.Stopping,
+		Workers:       workersOf(snap),
+		Listeners:     []string{},
+	}
+	for _, l := range snap.Listeners {
+		st.Listeners = append(st.Listeners, l.String())
+	}
+	return st
+}
+
+func workersOf(snap Snapshot) []adminapi.Worker {
+	out := make([]adminapi.Worker, 0, len(snap.Workers))
+	for _, w := range snap.Workers {
+		out = append(out, adminapi.Worker{
+			Slot: w.Slot, PID: w.PID, State: w.State, Sandbox: append([]string{}, w.Sandbox...),
+			Active: w.Active, Served: w.Served, Restarts: w.Restarts, BackoffSeconds: w.Backoff.Seconds(),
+		})
+	}
+	return out
+}
+
+func connsOf(snap Snapshot) *adminapi.Conns {
+	c := &adminapi.Conns{ByState: map[string]int{}, AtWorkers: snap.AtWorkers, Waiting: snap.Waiting, Queued: snap.Queued, Pool: snap.Pool, Share: snap.Share}
+	for _, st := range stateNames {
+		c.ByState[st] = 0
+	}
+	for st, n := range snap.Conns {
+		c.ByState[st] = n
+		c.Total += n
+	}
+	return c
+}
+
+// topClients returns the n client keys holding the most pool slots, then
+// connections, then queued and past waits.
+func topClients(snap Snapshot, n int) []adminapi.Client {
+	cl := slices.Clone(snap.Clients)
+	slices.SortStableFunc(cl, func(a, b ClientInfo) int {
+		switch {
+		case a.Out != b.Out:
+			return b.Out - a.Out
+		case a.Conns != b.Conns:
+			return b.Conns - a.Conns
+		case a.Waiting != b.Waiting:
+			return b.Waiting - a.Waiting
+		case a.Waits != b.Waits:
+			if a.Waits > b.Waits {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	out := make([]adminapi.Client, 0, min(n, len(cl)))
+	for _, c := range cl[:min(n, len(cl))] {
+		out = append(out, adminapi.Client{Key: c.Key, Trusted: c.Trusted, Conns: c.Conns, Out: c.Out, Waiting: c.Waiting, Waits: c.Waits})
+	}
+	return out
+}

@@ -1,0 +1,113 @@
+// Package adminapi is the wire format of gatehouse's admin socket, shared by
+// the supervisor that serves it and gatehousectl. It holds types only, so
+// that a client links none of the supervisor.
+//
+// The admin socket is a Unix stream socket. A client writes one Request as a
+// JSON object on one line (at most MaxRequest bytes before the newline) and
+// reads one Reply, a JSON object on one line; it may send further requests on
+// the same connection. A line that is too long or is not a Request gets an
+// error Reply and the connection is closed; an unknown command or a bad
+// argument gets an error Reply and the connection stays open. A peer that is
+// neither root nor the supervisor's own user gets an error Reply at once and
+// is disconnected.
+package adminapi
+
+import "time"
+
+// MaxRequest is the longest request line accepted, without its newline.
+const MaxRequest = 4 << 10
+
+// Timeout is how long the supervisor waits for a request line, and for a
+// reply to be written, before it closes the connection.
+const Timeout = 5 * time.Second
+
+// Commands.
+const (
+	CmdStatus   = "status"    // Reply.Status
+	CmdWorkers  = "workers"   // Reply.Workers
+	CmdConns    = "conns"     // Reply.Conns
+	CmdClients  = "clients"   // Reply.Clients; args: [N], the top N (default DefaultClients)
+	CmdMetrics  = "metrics"   // Reply.Metrics
+	CmdReload   = "reload"    // Reply.Message; Error when the new file was refused
+	CmdDrain    = "drain"     // Reply.Message; the supervisor stops accepting, finishes and exits
+	CmdLogLevel = "log-level" // args: [LEVEL]; Reply.Message
+)
+
+// DefaultClients is how many client keys `clients` lists without an argument.
+const DefaultClients = 20
+
+// Request is one command.
+type Request struct {
+	Command string   `json:"command"`
+	Args    []string `json:"args,omitempty"`
+}
+
+// Reply answers one Request. OK is false exactly when Error is set; the other
+// fields are set by the commands that name them.
+type Reply struct {
+	OK      bool     `json:"ok"`
+	Error   string   `json:"error,omitempty"`
+	Message string   `json:"message,omitempty"`
+	Status  *Status  `json:"status,omitempty"`
+	Workers []Worker `json:"workers,omitempty"`
+	Conns   *Conns   `json:"conns,omitempty"`
+	Clients []Client `json:"clients,omitempty"`
+	// Metrics is the Prometheus text exposition format.
+	Metrics string `json:"metrics,omitempty"`
+}
+
+// Status is the `status` reply.
+type Status struct {
+	Version       string    `json:"version"`
+	PID           int       `json:"pid"`
+	Started       time.Time `json:"started"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+	// ConfigFile is "" when gatehouse runs on its built-in configuration.
+	ConfigFile string   `json:"config_file"`
+	Listeners  []string `json:"listeners"`
+	Pool       int      `json:"pool"`
+	Share      int      `json:"share"`
+	AtWorkers  int      `json:"at_workers"`
+	Queued     int      `json:"queued"`
+	Waiting    int      `json:"waiting"`
+	Stopping   bool     `json:"stopping"`
+	Workers    []Worker `json:"workers"`
+}
+
+// Worker is one worker slot.
+type Worker struct {
+	Slot  int    `json:"slot"`
+	PID   int    `json:"pid"` // 0 while no process runs in the slot
+	State string `json:"state"`
+	// Sandbox lists the sandbox layers, each "+name" (applied) or "-name".
+	Sandbox []string `json:"sandbox"`
+	// Active is how many connections are out at the worker now.
+	Active   int    `json:"active"`
+	Served   uint64 `json:"served"`
+	Restarts int    `json:"restarts"`
+	// BackoffSeconds is the delay before the slot's last respawn.
+	BackoffSeconds float64 `json:"backoff_seconds"`
+}
+
+// Conns is the `conns` reply.
+type Conns struct {
+	// ByState counts open connections by state: fresh, idle, waiting,
+	// at_worker, linger.
+	ByState   map[string]int `json:"by_state"`
+	Total     int            `json:"total"`
+	AtWorkers int            `json:"at_workers"`
+	Waiting   int            `json:"waiting"` // readable, waiting for a pool slot
+	Queued    int            `json:"queued"`  // not yet through a first request
+	Pool      int            `json:"pool"`
+	Share     int            `json:"share"`
+}
+
+// Client is one client key.
+type Client struct {
+	Key     string `json:"key"`
+	Trusted bool   `json:"trusted"`
+	Conns   int    `json:"conns"`   // open connections
+	Out     int    `json:"out"`     // pool slots held (connections at workers)
+	Waiting int    `json:"waiting"` // connections waiting in its share queue now
+	Waits   uint64 `json:"waits"`   // times one of its connections waited for its share
+}

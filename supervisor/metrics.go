@@ -1,0 +1,187 @@
+package supervisor
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+)
+
+// Metrics: a Snapshot rendered in the Prometheus text exposition format. Each
+// scrape builds a fresh registry holding one collector of constant metrics, so
+// the supervisor keeps no metric state of its own: the dispatcher's counters
+// are the only source, copied out by Snapshot.
+
+const metricPrefix = "gatehouse_"
+
+// counterMetrics maps a Snapshot counter to the counter it is exported as,
+// with its help text and a constant label, if any. Counters not named here
+// (added later) are exported as gatehouse_<key>_total.
+var counterMetrics = map[string]struct {
+	name, help, label, value string
+}{
+	"accepted":           {"connections_accepted_total", "Connections accepted.", "", ""},
+	"refused_per_client": {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "per_client"},
+	"refused_queued":     {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "queued"},
+	"closed":             {"connections_closed_total", "Connections closed.", "", ""},
+	"peer_closed":        {"connections_peer_closed_total", "Parked connections closed by the client.", "", ""},
+	"idle_evicted":       {"connections_idle_evicted_total", "Idle kept-alive connections closed to make room.", "", ""},
+	"dispatches":         {"dispatches_total", "Connections handed to a worker.", "", ""},
+	"requests":           {"requests_total", "Requests answered by workers.", "", ""},
+	"share_waits":        {"share_waits_total", "Readable connections that waited because their client held its whole share.", "", ""},
+	"pool_waits":         {"pool_waits_total", "Readable connections that waited because the pool was full.", "", ""},
+	"timeout_first_byte": {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "first_byte"},
+	"timeout_idle":       {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "idle"},
+	"timeout_no_worker":  {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "no_worker"},
+	"accept_errors":      {"accept_errors_total", "Failed accept calls.", "", ""},
+	"accept_pauses":      {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
+	"worker_kills":       {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
+	// worker_deaths is exported with DeathsBySignal, below.
+	"worker_deaths": {},
+}
+
+// WritePrometheus writes s in the Prometheus text exposition format. Metric
+// names start with gatehouse_.
+func (s Snapshot) WritePrometheus(w io.Writer) error {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(snapshotCollector{s}); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		return fmt.Errorf("gathering metrics: %w", err)
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range families {
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("encoding metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// snapshotCollector emits constant metrics from one Snapshot.
+type snapshotCollector struct{ s Snapshot }
+
+func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	descs := map[string]*prometheus.Desc{}
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		d, ok := descs[name]
+		if !ok {
+			d = prometheus.NewDesc(metricPrefix+name, help, labels, nil)
+			descs[name] = d
+		}
+		return d
+	}
+	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
+	}
+
+	emit(desc("build_info", "The running gatehouse's version.", "version"), prometheus.GaugeValue, 1, Version)
+
+	// Counters, in a stable order.
+	keys := make([]string, 0, len(s.Counters))
+	for k := range s.Counters {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := float64(s.Counters[k])
+		if m, ok := counterMetrics[k]; ok {
+			switch {
+			case m.name == "":
+			case m.label != "":
+				emit(desc(m.name, m.help, m.label), prometheus.CounterValue, v, m.value)
+			default:
+				emit(desc(m.name, m.help), prometheus.CounterValue, v)
+			}
+			continue
+		}
+		if outcome, ok := strings.CutPrefix(k, "round_"); ok {
+			emit(desc("rounds_total", "Worker rounds, by outcome.", "outcome"), prometheus.CounterValue, v, outcome)
+			continue
+		}
+		emit(desc(metricName(k)+"_total", "Dispatcher counter "+k+"."), prometheus.CounterValue, v)
+	}
+
+	// Worker deaths: one series per signal, and "none" for exits, so that
+	// the series sum to every death.
+	deaths := desc("worker_deaths_total", "Worker processes that ended, by the signal that ended them (none: exited).", "signal")
+	var bySignal uint64
+	for sig, n := range s.DeathsBySignal {
+		emit(deaths, prometheus.CounterValue, float64(n), sig)
+		bySignal += n
+	}
+	if total := s.Counters["worker_deaths"]; total >= bySignal {
+		emit(deaths, prometheus.CounterValue, float64(total-bySignal), "none")
+	}
+
+	// Gauges of the moment.
+	emit(desc("pool_size", "Connections that may be out at workers at once."), prometheus.GaugeValue, float64(s.Pool))
+	emit(desc("client_share", "Pool slots one client key may hold."), prometheus.GaugeValue, float64(s.Share))
+	emit(desc("connections_at_workers", "Connections out at workers."), prometheus.GaugeValue, float64(s.AtWorkers))
+	emit(desc("connections_queued", "Connections that have not finished a first request."), prometheus.GaugeValue, float64(s.Queued))
+	emit(desc("connections_waiting", "Readable connections waiting for a pool slot."), prometheus.GaugeValue, float64(s.Waiting))
+	emit(desc("clients", "Client keys holding a connection."), prometheus.GaugeValue, float64(len(s.Clients)))
+	conns := desc("connections", "Open connections, by state.", "state")
+	for _, st := range stateNames {
+		emit(conns, prometheus.GaugeValue, float64(s.Conns[st]), st)
+	}
+	for st, n := range s.Conns {
+		if !slices.Contains(stateNames[:], st) {
+			emit(conns, prometheus.GaugeValue, float64(n), st)
+		}
+	}
+
+	// Responses and latency, as reported by workers.
+	responses := desc("responses_total", "Responses, by status class.", "class")
+	for class, n := range s.Responses {
+		emit(responses, prometheus.CounterValue, float64(n), class)
+	}
+	if len(s.Latency.Counts) == len(LatencyBuckets)+1 {
+		buckets := make(map[float64]uint64, len(LatencyBuckets))
+		var cum uint64
+		for i, le := range LatencyBuckets {
+			cum += s.Latency.Counts[i]
+			buckets[le] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(
+			desc("request_duration_seconds", "Time from a request's first byte to its response's last, as reported by workers."),
+			s.Latency.Count, s.Latency.Sum, buckets)
+	}
+
+	// Per worker slot.
+	workers := map[string]int{}
+	for _, w := range s.Workers {
+		workers[w.State]++
+		slot := strconv.Itoa(w.Slot)
+		emit(desc("worker_in_flight", "Connections out at a worker.", "slot"), prometheus.GaugeValue, float64(w.Active), slot)
+		emit(desc("worker_served_total", "Requests a worker slot answered, over all its processes.", "slot"), prometheus.CounterValue, float64(w.Served), slot)
+		emit(desc("worker_restarts_total", "Times a worker slot was respawned.", "slot"), prometheus.CounterValue, float64(w.Restarts), slot)
+		emit(desc("worker_backoff_seconds", "Delay before a dead worker slot is respawned.", "slot"), prometheus.GaugeValue, w.Backoff.Seconds(), slot)
+	}
+	for st, n := range workers {
+		emit(desc("workers", "Worker slots, by state.", "state"), prometheus.GaugeValue, float64(n), st)
+	}
+}
+
+// metricName makes a Snapshot counter key a valid metric name.
+func metricName(key string) string {
+	b := []byte(key)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
