@@ -3,20 +3,26 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 )
 
-// reloadConfig is a whole configuration: workers and a route body.
-func reloadConfig(h *harness, workers int, body string) string {
+// reloadConfig is a whole configuration for the reload test: workers, a
+// route body, and the admin socket the test watches the workers through.
+func reloadConfig(sock string, workers int, body string) string {
 	return fmt.Sprintf(`
 listener "http" {
   address = "127.0.0.1:0"
+}
+admin {
+  socket = %q
 }
 workers {
   count       = %d
@@ -25,12 +31,15 @@ workers {
 limits {
   keep_alive_idle_timeout = "60s"
 }
+log {
+  access_log = false
+}
 route "/r" {
   respond {
     body = %q
   }
 }
-`, workers, body)
+`, sock, workers, body)
 }
 
 // settled reports whether exactly n workers are ready and none is starting,
@@ -49,38 +58,55 @@ func settled(n int) func(supervisor.Snapshot) bool {
 	}
 }
 
-// Reload under load: a client sending requests throughout sees no failure
-// while SIGHUP's reload changes the worker count 4 → 2 → 6 and a route's
-// body; parked connections survive every step.
+// Reload under load: a client sending requests for 30 s sees no failure
+// while SIGHUP changes the worker count 4 → 2 → 6 and a route's body; a
+// parked connection survives every step. The real command, real signals;
+// the workers are watched through gatehousectl.
 func TestReloadUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 30 s reload run")
 	}
-	h := start(t, `
-workers {
-  count       = 4
-  concurrency = 4
-}
-limits {
-  keep_alive_idle_timeout = "60s"
-}
-route "/r" {
-  respond {
-    body = "one"
-  }
-}
-`)
-	rewrite := func(workers int, body string) {
+	dir := workerReadableTempDir(t)
+	sock := filepath.Join(dir, "admin.sock")
+	cfgPath := filepath.Join(dir, "gatehouse.hcl")
+	write := func(workers int, body string) {
 		t.Helper()
-		if err := os.WriteFile(h.config, []byte(reloadConfig(h, workers, body)), 0o644); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(reloadConfig(sock, workers, body)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.sup.Reload(t.Context()); err != nil {
-			t.Fatalf("reload: %v", err)
+	}
+	write(4, "one")
+	p := startBinary(t, dir, 0, "-config", "gatehouse.hcl")
+	settle := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st := ctlJSON(t, sock, "status").Status
+			ready := 0
+			for _, w := range st.Workers {
+				if w.State == "ready" {
+					ready++
+				}
+			}
+			if ready == n && len(st.Workers) == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("workers did not settle at %d: %+v", n, st.Workers)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	// A parked keep-alive connection that must outlive every step.
-	parked := newClient(t, "127.0.0.3", h.addr)
+	settle(4)
+	reload := func(workers int, body string) {
+		t.Helper()
+		write(workers, body)
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		settle(workers)
+	}
+	parked := newClient(t, "127.0.0.3", p.addr)
 	if resp, _, err := parked.get("/r"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("parked connection: %v", err)
 	}
@@ -104,7 +130,7 @@ route "/r" {
 					if cl != nil {
 						cl.c.Close()
 					}
-					cl = newClient(t, "127.0.0.2", h.addr)
+					cl = newClient(t, "127.0.0.2", p.addr)
 				}
 				resp, body, err := cl.get("/r")
 				requests.Add(1)
@@ -123,14 +149,11 @@ route "/r" {
 	}
 	began := time.Now()
 	time.Sleep(5 * time.Second)
-	rewrite(2, "one")
-	h.waitFor("2 workers", 30*time.Second, settled(2))
+	reload(2, "one")
 	time.Sleep(5 * time.Second)
-	rewrite(6, "one")
-	h.waitFor("6 workers", 30*time.Second, settled(6))
+	reload(6, "one")
 	time.Sleep(5 * time.Second)
-	rewrite(6, "two")
-	h.waitFor("6 new workers", 30*time.Second, settled(6))
+	reload(6, "two")
 	if rest := 30*time.Second - time.Since(began); rest > 0 {
 		time.Sleep(rest)
 	}
@@ -146,7 +169,7 @@ route "/r" {
 	if resp, body, err := parked.get("/r"); err != nil || resp.StatusCode != 200 || body != "two" {
 		t.Errorf("the parked connection did not survive the reloads: %v %q %v", resp, body, err)
 	}
-	t.Logf("%d requests, no failure, across reloads 4 → 2 → 6 workers and a new body", requests.Load())
+	t.Logf("%d requests, no failure, across SIGHUP reloads 4 → 2 → 6 workers and a new body", requests.Load())
 }
 
 // An invalid file keeps the running configuration.
