@@ -120,7 +120,7 @@ func fuzzRecv(t *testing.T, rcv receiver, peer int, data []byte, sel byte) {
 	}
 
 	want := 0
-	if f.GetDispatch().GetHasFd() {
+	if f.GetDispatch().GetHasFd() || f.GetDialReply().GetOk() {
 		want = 1
 	}
 	if nfds != want {
