@@ -98,6 +98,8 @@ type Snapshot struct {
 	// most LatencyBuckets[i] seconds and more than the bucket before;
 	// Counts[len(LatencyBuckets)] took longer than the last bound.
 	Latency LatencyHistogram
+	// RateLimitBuckets is how many rate limit buckets the table holds.
+	RateLimitBuckets int
 	// DeathsBySignal counts worker deaths by the signal that ended them.
 	DeathsBySignal map[string]uint64
 }
@@ -164,9 +166,9 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"upstream_errors":    d.c.upstreamErrors,
 			"rate_limited":       d.c.rateLimited,
 			// A gauge, not a counter: the rate limiter's buckets now.
-			"rate_limit_buckets": uint64(d.limiter.len()),
 		},
 	}
+	s.RateLimitBuckets = d.limiter.len()
 	s.Responses = map[string]uint64{"other": d.c.byClass[0]}
 	for i := 1; i <= 5; i++ {
 		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]

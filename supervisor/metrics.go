@@ -133,6 +133,7 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(desc("connections_queued", "Connections that have not finished a first request."), prometheus.GaugeValue, float64(s.Queued))
 	emit(desc("connections_waiting", "Readable connections waiting for a pool slot."), prometheus.GaugeValue, float64(s.Waiting))
 	emit(desc("clients", "Client keys holding a connection."), prometheus.GaugeValue, float64(len(s.Clients)))
+	emit(desc("rate_limit_buckets", "Rate limit buckets held (bounded by rate_limit_entries)."), prometheus.GaugeValue, float64(s.RateLimitBuckets))
 	conns := desc("connections", "Open connections, by state.", "state")
 	for _, st := range stateNames {
 		emit(conns, prometheus.GaugeValue, float64(s.Conns[st]), st)

@@ -62,6 +62,10 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 		}
 		return true
 	}
+	if err := d.validRequest(w, f); err != "" {
+		d.killWorker(w, err)
+		return false
+	}
 	if w.inFlight >= d.cfg.Limits.IPCMaxInFlightRequests {
 		d.c.ipcOverloaded++
 		d.send(w, &proto.Frame{Id: f.GetId(), Body: &proto.Frame_Overloaded{Overloaded: &proto.Overloaded{}}}, -1)
@@ -86,6 +90,26 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 	return true
 }
 
+// validRequest checks a request before it may take a slot: a malformed one
+// kills the worker whether or not the channel is full. It returns the
+// violation, or "".
+func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
+	switch b := f.Body.(type) {
+	case *proto.Frame_Dial:
+		if d.upstreams[b.Dial.GetUpstream()] == nil {
+			return fmt.Sprintf("Dial for %q, which is no configured upstream", b.Dial.GetUpstream())
+		}
+	case *proto.Frame_RateCheck:
+		if c := d.conns[b.RateCheck.GetConnId()]; c == nil || c.worker != w {
+			return fmt.Sprintf("RateCheck for connection %d it does not hold", b.RateCheck.GetConnId())
+		}
+		if d.cfg.RateLimitByName(b.RateCheck.GetClass()) == nil {
+			return fmt.Sprintf("RateCheck for unknown class %q", b.RateCheck.GetClass())
+		}
+	}
+	return ""
+}
+
 // statsMax keeps a StatsReply under the frame cap.
 const statsMax = 60 << 10
 
@@ -93,10 +117,6 @@ const statsMax = 60 << 10
 // or refuses at once when the upstream is at max_connections.
 func (d *dispatcher) dial(w *workerProc, id uint64, name string) bool {
 	u := d.upstreams[name]
-	if u == nil {
-		d.killWorker(w, fmt.Sprintf("Dial for %q, which is no configured upstream", name))
-		return false
-	}
 	if u.held+u.dialing >= u.cfg.MaxConnections {
 		d.c.upstreamRefused++
 		d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_DialReply{DialReply: &proto.DialReply{Refused: true, Error: "upstream at max_connections"}}}, -1)
@@ -184,15 +204,7 @@ func (d *dispatcher) releaseUpstreams(w *workerProc) {
 // walked here.
 func (d *dispatcher) rateCheck(w *workerProc, id uint64, m *proto.RateCheck, now time.Time) bool {
 	c := d.conns[m.GetConnId()]
-	if c == nil || c.worker != w {
-		d.killWorker(w, fmt.Sprintf("RateCheck for connection %d it does not hold", m.GetConnId()))
-		return false
-	}
 	rl := d.cfg.RateLimitByName(m.GetClass())
-	if rl == nil {
-		d.killWorker(w, fmt.Sprintf("RateCheck for unknown class %q", m.GetClass()))
-		return false
-	}
 	key := c.client.key
 	if c.client.trusted && len(m.GetForwardedFor()) > 0 {
 		key = d.forwardedClient(m.GetForwardedFor(), key)

@@ -35,9 +35,12 @@ func (w *Worker) newProxy(up *config.Upstream) http.Handler {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return w.dialUpstream(ctx, up.Name)
 		},
-		MaxIdleConns:          proxyIdlePerWorker,
-		MaxIdleConnsPerHost:   proxyIdlePerWorker,
-		MaxConnsPerHost:       up.MaxConnections,
+		MaxIdleConns:        proxyIdlePerWorker,
+		MaxIdleConnsPerHost: proxyIdlePerWorker,
+		// No MaxConnsPerHost: the supervisor counts max_connections over
+		// all workers and refuses at once beyond it; a per-worker cap here
+		// would queue requests behind held connections (issue 4: "never
+		// a queue").
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: up.ResponseTimeout,
 		DisableCompression:    true,
