@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"net/http"
@@ -57,25 +58,20 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
 	var responses []*proto.Response
-	f := os.NewFile(uintptr(fd), "conn")
-	nc, err := net.FileConn(f)
-	f.Close() // FileConn holds its own duplicate
-	if err != nil {
-		w.log.Warn("wrapping connection", "error", err)
-	} else {
-		cs := newConnServer(w, nc, d)
-		disp, carried, requests = cs.serve()
-		outcome, responses = cs.outcome, cs.responses
-		cs.release()
-		if disp == proto.Disposition_LINGER {
-			if tc, ok := nc.(*net.TCPConn); ok {
-				tc.CloseWrite()
-			}
-		}
-		// Our copy is closed before Done: the supervisor then owns the
-		// connection alone.
-		nc.Close()
+	// The descriptor is non-blocking (the supervisor accepted it so), so
+	// os.NewFile puts it under the runtime's poller with deadlines, without
+	// the extra dup and close net.FileConn would cost on every round.
+	nc := os.NewFile(uintptr(fd), "conn")
+	cs := newConnServer(w, nc, d)
+	disp, carried, requests = cs.serve()
+	outcome, responses = cs.outcome, cs.responses
+	cs.release()
+	if disp == proto.Disposition_LINGER {
+		unix.Shutdown(fd, unix.SHUT_WR)
 	}
+	// Our copy is closed before Done: the supervisor then owns the
+	// connection alone.
+	nc.Close()
 	done := &proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
 		ConnId:      d.GetConnId(),
 		Disposition: disp,
@@ -96,7 +92,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 // connServer serves the rounds of one dispatch. It is owned by one goroutine.
 type connServer struct {
 	w        *Worker
-	nc       net.Conn
+	nc       clientConn
 	d        *proto.Dispatch
 	accepted time.Time
 	requests uint32
@@ -111,7 +107,15 @@ type connServer struct {
 	bw         *bufio.Writer
 }
 
-func newConnServer(w *Worker, nc net.Conn, d *proto.Dispatch) *connServer {
+// clientConn is a client connection with deadlines: an *os.File over the
+// received descriptor.
+type clientConn interface {
+	io.ReadWriteCloser
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+func newConnServer(w *Worker, nc clientConn, d *proto.Dispatch) *connServer {
 	cs := &connServer{
 		w:        w,
 		nc:       nc,
@@ -345,7 +349,7 @@ func (cs *connServer) headError(err error) proto.Disposition {
 // deadlineReader feeds the current phase's deadline into every read, so each
 // cap bounds the wait that enforces it.
 type deadlineReader struct {
-	nc    net.Conn
+	nc    clientConn
 	limit func(now time.Time) time.Time
 }
 
@@ -372,7 +376,7 @@ func earliest(a, b time.Time) time.Time {
 // deadlineWriter gives every write to the peer write_timeout to complete, so a
 // client that stops reading cannot hold a worker.
 type deadlineWriter struct {
-	nc      net.Conn
+	nc      clientConn
 	timeout time.Duration
 }
 
