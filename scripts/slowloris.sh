@@ -25,6 +25,9 @@
 #   -b BIN       gatehouse binary to start (default: bin/gatehouse, built if missing)
 #   -p PORT      port for the started gatehouse (default 18084)
 #   -c CONNS     slowhttptest connections per mode (default 1000, at least 1000)
+#   -C CAP       max_connections_per_client of the started gatehouse (default 4096, so
+#                every attack connection is admitted and the slow-client limits, not
+#                the per-client cap, are what is tested; 256 is the product default)
 #   -l SECONDS   attack duration per mode (default 35)
 #   -n REQUESTS  legitimate requests per mode (default 500)
 #   -m MODES     modes to run, letters out of HBX (default HBX)
@@ -42,6 +45,7 @@ ADDR=""
 BIN=""
 PORT=18084
 CONNS=1000
+CAP=4096
 DURATION=35
 REQUESTS=500
 MODES=HBX
@@ -49,12 +53,13 @@ UPATH=/hello
 XPATH=/big.bin
 EXPECT=$'hello, world\n'
 JSONOUT=""
-while getopts "a:b:p:c:l:n:m:u:x:e:j:h" opt; do
+while getopts "a:b:p:c:C:l:n:m:u:x:e:j:h" opt; do
   case $opt in
     a) ADDR=$OPTARG ;;
     b) BIN=$OPTARG ;;
     p) PORT=$OPTARG ;;
     c) CONNS=$OPTARG ;;
+    C) CAP=$OPTARG ;;
     l) DURATION=$OPTARG ;;
     n) REQUESTS=$OPTARG ;;
     m) MODES=$OPTARG ;;
@@ -112,14 +117,19 @@ if [ -z "$ADDR" ]; then
     BIN=$ROOT/bin/gatehouse
     [ -x "$BIN" ] || (cd "$ROOT" && make build >/dev/null)
   fi
+  case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
   mkdir -p "$WORK/www"
   head -c 1048576 /dev/zero | tr '\0' 'x' >"$WORK/www/big.bin"
   printf 'hello, world\n' >"$WORK/www/index.html"
   chmod -R a+rX "$WORK/www"
-  # The defaults, but for a listener of our own and the routes we use.
+  # The defaults, but for a listener of our own, the routes we use and the
+  # per-client cap (see -C).
   cat >"$WORK/gatehouse.hcl" <<EOF
 listener "http" {
   address = "127.0.0.1:$PORT"
+}
+limits {
+  max_connections_per_client = $CAP
 }
 route "/" {
   static {
@@ -133,7 +143,7 @@ route "/hello" {
   }
 }
 EOF
-  log "starting $BIN on 127.0.0.1:$PORT (default workers and limits)"
+  log "starting $BIN on 127.0.0.1:$PORT (default workers and limits, max_connections_per_client = $CAP)"
   (cd "$WORK" && exec "$BIN" -config gatehouse.hcl) 2>"$WORK/gatehouse.log" &
   GH_PID=$!
   ADDR=127.0.0.1:$PORT

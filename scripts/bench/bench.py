@@ -196,9 +196,9 @@ class Server:
 
 
 class Gatehouse(Server):
-    def __init__(self, port, tmp, logdir, binary, count, concurrency, name="gatehouse"):
+    def __init__(self, port, tmp, logdir, binary, count, concurrency, name="gatehouse", per_client=65535):
         super().__init__(port, tmp, logdir)
-        self.name, self.binary = name, binary
+        self.name, self.binary = name, os.path.abspath(binary)
         self.count, self.concurrency = count, concurrency
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
@@ -217,8 +217,9 @@ limits {
   keep_alive_idle_timeout    = "300s"
   max_queued_connections     = 20000
   keep_alive_max_connections = 20000
-  # wrk and slowhttptest connect from one address (127.0.0.1): let them all in
-  max_connections_per_client = 65535
+  # wrk and slowhttptest connect from one address (127.0.0.1): by default
+  # let them all in (the default cap, 256, would refuse most of them)
+  max_connections_per_client = %d
 }
 route "/" {
   respond {
@@ -230,7 +231,7 @@ route "/" {
 log {
   level = "warn"
 }
-''' % (self.addr, workers))
+''' % (self.addr, workers, per_client))
 
     def argv(self, nofile):
         return [self.binary, "-config", "gatehouse.hcl"], self.dir
@@ -566,6 +567,47 @@ def phase_profile(args, gh, res):
         gh.stop()
 
 
+def ctx_switches(pids):
+    n = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open("/proc/%d/task/%s/status" % (pid, t)) as f:
+                    for line in f:
+                        if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                            n += int(line.split()[1])
+            except OSError:
+                pass
+    return n
+
+
+def phase_costs(args, servers, res):
+    """Per request under wrk -t2 -c64 keep-alive for 5 s: context switches
+    and CPU microseconds of the server's processes (main and children)."""
+    out = res.setdefault("costs", [])
+    for s in servers:
+        s.start(args.nofile, "costs")
+        try:
+            pid, kids = s.pids()
+            c0, m0, k0 = ctx_switches([pid] + kids), cpu_ticks(pid), sum(cpu_ticks(k) for k in kids)
+            r = wrk(s.addr, 64, 5, False)
+            pid2, kids2 = s.pids()
+            c1, m1, k1 = ctx_switches([pid] + kids), cpu_ticks(pid), sum(cpu_ticks(k) for k in kids)
+            n = r.get("requests") or 0
+            row = {"server": s.name, "requests": n, "rps": r["rps"],
+                   "ctx_switches_per_request": (c1 - c0) / n if n else None,
+                   "main_cpu_us_per_request": (m1 - m0) * 1e6 / CLK / n if n else None,
+                   "children_cpu_us_per_request": (k1 - k0) * 1e6 / CLK / n if n and kids2 == kids else None}
+            out.append(row)
+            log("costs %s: %s" % (s.name, row))
+        finally:
+            s.stop()
+
+
 def phase_ipc(args, res):
     argv = ["go", "test", "-run", "^$", "-bench", "DispatchFD|RoundTrip|BatchedFDs",
             "-benchtime=%s" % args.ipc_benchtime, "-count", str(args.rounds), "./ipc/"]
@@ -617,9 +659,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--conns", default="64,256,1000")
-    ap.add_argument("--phases", default="throughput,profile,idle,attack,ipc")
+    ap.add_argument("--phases", default="throughput,costs,profile,idle,attack,ipc")
     ap.add_argument("--workers", default="2x64", help="gatehouse workers as COUNTxCONCURRENCY, or 'default'")
-    ap.add_argument("--compare-default-workers", action="store_true",
+    ap.add_argument("--compare-default-workers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure keep-alive throughput with gatehouse's default workers (4x8)")
     ap.add_argument("--nofile", type=int, default=0, help="servers' generous descriptor limit (default: hard limit)")
     ap.add_argument("--idle-conns", type=int, default=10000)
@@ -629,6 +671,9 @@ def main():
     ap.add_argument("--attack-seconds", type=int, default=20)
     ap.add_argument("--ipc-benchtime", default="2s")
     ap.add_argument("--port-base", type=int, default=18081)
+    ap.add_argument("--servers", default="gatehouse,nethttp,nginx", help="which servers to measure")
+    ap.add_argument("--per-client-cap", type=int, default=65535,
+                    help="gatehouse's max_connections_per_client (default 65535: the load comes from one address)")
     args = ap.parse_args()
     args.conns = [int(c) for c in args.conns.split(",")]
     if not args.nofile:
@@ -651,14 +696,15 @@ def main():
         count = conc = 0
     else:
         count, conc = (int(x) for x in args.workers.split("x"))
-    gh = Gatehouse(args.port_base, tmp, logdir, args.gatehouse, count, conc)
+    gh = Gatehouse(args.port_base, tmp, logdir, args.gatehouse, count, conc, per_client=args.per_client_cap)
     nh = NetHTTP(args.port_base + 1, tmp, logdir, nethttp_bin)
     ng = Nginx(args.port_base + 2, tmp, logdir, args.nofile)
-    servers = [gh, nh, ng]
+    servers = [s for s in (gh, nh, ng) if s.name in args.servers.split(",")]
 
     res = {"machine": machine(), "config": {
         "rounds": args.rounds, "duration_s": args.duration, "conns": args.conns,
         "gatehouse_workers": gh.describe(), "servers_nofile": args.nofile,
+        "gatehouse_max_connections_per_client": args.per_client_cap,
         "idle_conns": args.idle_conns, "idle_rounds": args.idle_rounds,
         "attack_conns": args.attack_conns, "attack_seconds": args.attack_seconds,
         "ports": {s.name: s.port for s in servers},
@@ -687,6 +733,9 @@ def main():
             save()
         if "attack" in phases:
             phase_attack(args, servers, res)
+            save()
+        if "costs" in phases:
+            phase_costs(args, servers, res)
             save()
         if "profile" in phases:
             phase_profile(args, gh, res)

@@ -143,13 +143,15 @@ def latency_chart(tp, conns, path):
 def attack_chart(at, path):
     limits = sorted({r["nofile"] for r in at}, reverse=True)
     groups = [(s, n) for n in limits for s in SERVERS]
-    gw, ml, mt, ph = 70, 70, 60, 220
+    gw, ml, mt, ph = 70, 70, 80, 220
+    gw = max(gw, 620 // max(1, len(groups)))
     W = ml + len(groups) * gw + 40
     svg = SVG(W, mt + 2 * ph + 150)
-    svg.text(W / 2, 24, "Legitimate client (127.0.0.3, sequential) under 4000 slowloris + 10 000 idle connections", 14, "middle", "bold")
+    svg.text(W / 2, 22, "Legitimate client (127.0.0.3, sequential requests) under attack:", 14, "middle", "bold")
+    svg.text(W / 2, 40, "4000 slowloris connections (slowhttptest -H) + 10 000 idle connections", 13, "middle")
 
     def panel(y0, title, key, ymax, unit, log=False):
-        svg.text(ml - 50, y0 - 12, title, 13, "start", "bold")
+        svg.text(ml - 50, y0 - 20, title, 13, "start", "bold")
         svg.line(ml, y0 + ph, ml + len(groups) * gw, y0 + ph)
         svg.line(ml, y0, ml, y0 + ph)
         if log:
@@ -188,7 +190,7 @@ def attack_chart(at, path):
 
     panel(mt + 10, "answered, % of requests", lambda r: 100.0 * r["attacked"]["ok"] / max(1, r["attacked"]["sent"]), 100, "%")
     y2 = mt + ph + 60
-    panel(y2, "p99 latency of the answered requests, ms (log; dashed: unloaded p99)",
+    panel(y2, "p99 of the answered requests, ms (log scale; dashed line: unloaded p99)",
           lambda r: r["attacked"]["p99_ms"] if r["attacked"]["ok"] else None, None, "", log=True)
     yb = y2 + ph + 18
     for i, (s, n) in enumerate(groups):
@@ -290,6 +292,16 @@ def tables(res, rdir):
                         ", ".join("%s %d" % kv for kv in sorted((a.get("errors") or {}).items())) or "–",
                         r["idle_ready"].get("opened"), (r.get("idle_done") or {}).get("still_open", 0 if (r.get("idle_done") or {}).get("phase") == "done" else "?"),
                         r.get("client_side_established_at_start")))
+    costs = res.get("costs")
+    if costs:
+        out.append("\n#### Per request under wrk -t2 -c64 keep-alive, 5 s (one run each)\n")
+        out.append("| server | requests/s | CPU µs/request, main process | CPU µs/request, children | context switches/request |")
+        out.append("|---|---:|---:|---:|---:|")
+        for r in costs:
+            out.append("| %s | %.0f | %.1f | %s | %.2f |" % (
+                LABEL.get(r["server"], r["server"]), r["rps"] or 0, r["main_cpu_us_per_request"] or 0,
+                "%.1f" % r["children_cpu_us_per_request"] if r.get("children_cpu_us_per_request") is not None else "n/a",
+                r["ctx_switches_per_request"] or 0))
     ipc = res.get("ipc")
     if ipc:
         out.append("\n#### Hand-off (`%s`; median (min–max) of %d runs)\n" % (ipc["command"], res["config"]["rounds"]))

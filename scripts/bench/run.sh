@@ -51,6 +51,7 @@ PY_PID=""
 cleanup() {
   rc=$?
   [ -n "$PY_PID" ] && kill -TERM "$PY_PID" 2>/dev/null && wait "$PY_PID" 2>/dev/null
+  rm -f "$OUT/gatehouse"   # the measured copy; its sha256 stays in gatehouse.sha256
   exit $rc
 }
 trap cleanup EXIT
