@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -30,62 +29,10 @@ type proc struct {
 var listeningRE = regexp.MustCompile(`listening: address=(\S+)`)
 
 // startBinary runs the gatehouse binary in dir with args; when nofile > 0 it
-// runs under `ulimit -n nofile`. It waits for the first "listening" line and
-// then for /ok to answer.
+// runs under `ulimit -n nofile`. It waits for the first "listening" line.
 func startBinary(t *testing.T, dir string, nofile int, args ...string) *proc {
 	t.Helper()
-	var cmd *exec.Cmd
-	if nofile > 0 {
-		script := fmt.Sprintf("ulimit -n %d && exec %q \"$@\"", nofile, gatehouseBin)
-		cmd = exec.Command("/bin/sh", append([]string{"-c", script, "gatehouse"}, args...)...)
-	} else {
-		cmd = exec.Command(gatehouseBin, args...)
-	}
-	cmd.Dir = dir
-	pr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.stderr.WriteString(line + "\n")
-			p.mu.Unlock()
-			if m := listeningRE.FindStringSubmatch(line); m != nil {
-				select {
-				case addrc <- m[1]:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("gatehouse stderr:\n%s", p.log())
-		}
-	})
-	select {
-	case p.addr = <-addrc:
-	case <-p.exited:
-		t.Fatalf("gatehouse exited: %v\n%s", p.err, p.log())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("gatehouse did not listen within 20s\n%s", p.log())
-	}
-	return p
+	return startOps(t, dir, opsOptions{args: args, nofile: nofile})
 }
 
 func (p *proc) log() string {

@@ -30,17 +30,24 @@ type opsOptions struct {
 	listenPID bool
 	// noWait returns at once instead of waiting for the first listener.
 	noWait bool
+	// nofile, when positive, runs gatehouse under `ulimit -n nofile`.
+	nofile int
 }
 
 // startOps runs the gatehouse binary in dir and, unless noWait, waits for its
 // first "listening" line.
 func startOps(t *testing.T, dir string, o opsOptions) *proc {
 	t.Helper()
-	var cmd *exec.Cmd
+	script := `exec "$0" "$@"`
 	if o.listenPID {
-		cmd = exec.Command("/bin/sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, gatehouseBin}, o.args...)...)
-	} else {
-		cmd = exec.Command(gatehouseBin, o.args...)
+		script = `LISTEN_PID=$$ ` + script
+	}
+	if o.nofile > 0 {
+		script = fmt.Sprintf("ulimit -n %d && %s", o.nofile, script)
+	}
+	cmd := exec.Command(gatehouseBin, o.args...)
+	if o.listenPID || o.nofile > 0 {
+		cmd = exec.Command("/bin/sh", append([]string{"-c", script, gatehouseBin}, o.args...)...)
 	}
 	cmd.Dir = dir
 	for _, kv := range os.Environ() {
