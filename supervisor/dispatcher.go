@@ -85,10 +85,13 @@ type dispatcher struct {
 
 	upstreams map[string]*upstreamState
 	limiter   *limiter
-	clients   map[netip.Addr]*client
-	workers   []*workerProc
-	pool      int
-	share     int
+	// logLevel is the level set at run time ("" until then), which new
+	// workers get after Hello.
+	logLevel string
+	clients  map[netip.Addr]*client
+	workers  []*workerProc
+	pool     int
+	share    int
 
 	out     int // connections at workers
 	queued  int // connections that have not finished a first request
@@ -282,6 +285,11 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.reload(m, now)
 	case dialResult:
 		d.dialed(m)
+	case logLevelMsg:
+		d.logLevel = m.level
+		for _, w := range d.workers {
+			d.send(w, &proto.Frame{Body: &proto.Frame_LogLevel{LogLevel: &proto.LogLevel{Level: m.level}}}, -1)
+		}
 	case snapshotReq:
 		m.reply <- d.snapshot(now)
 	}

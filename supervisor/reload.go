@@ -92,6 +92,7 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	}
 	old := d.cfg
 	d.cfg, d.spec = m.spec.cfg, m.spec
+	d.logLevel = "" // the file's level again, as the supervisor's
 	d.pool, d.share = d.cfg.Workers.Pool(), d.cfg.Workers.Share()
 	for _, cl := range d.clients {
 		cl.trusted = d.trusted(cl.key)

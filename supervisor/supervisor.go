@@ -254,8 +254,12 @@ func (s *Supervisor) SetLogLevel(level string) error {
 		return fmt.Errorf("supervisor: unknown log level %q (trace, debug, info, warn, error)", level)
 	}
 	s.log.SetLevel(l)
+	s.post(logLevelMsg{level: level})
 	return nil
 }
+
+// logLevelMsg carries a new log level to the workers.
+type logLevelMsg struct{ level string }
 
 // Started is when New ran.
 func (s *Supervisor) Started() time.Time { return s.start }

@@ -379,3 +379,32 @@ listener "v6" {
 		t.Errorf("listeners %v", s.Listeners)
 	}
 }
+
+// The log level changes at run time for the supervisor and its workers.
+func TestLogLevelReachesWorkers(t *testing.T) {
+	h := start(t, "")
+	bad := func() {
+		c := dialFrom(t, "127.0.0.1", h.addr)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n")
+		if resp, _, err := readResponse(bufio.NewReader(c), "GET"); err != nil || resp.StatusCode != 400 {
+			t.Fatalf("malformed request: %v", err)
+		}
+	}
+	bad()
+	if strings.Contains(h.logs.String(), "transport error") {
+		t.Fatal("a worker logged at debug level while the level is info")
+	}
+	if err := h.sup.SetLogLevel("debug"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(h.logs.String(), "transport error") {
+		if time.Now().After(deadline) {
+			t.Fatal("a worker's debug line never appeared after log-level debug")
+		}
+		bad()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
