@@ -32,7 +32,7 @@ func (s connState) String() string { return stateNames[s] }
 // conn is the dispatcher's record of one client connection. It is owned by
 // the dispatcher loop; no other goroutine touches it.
 type conn struct {
-	id       uint64 // immutable, never reused; the epoll token
+	id       uint64 // immutable, never reused; the poller token
 	fd       int    // owned by the dispatcher (a worker holds a dup during a round)
 	state    connState
 	client   *client
@@ -43,7 +43,6 @@ type conn struct {
 	requests uint32 // requests served so far
 	carried  []byte // input read by a worker and not yet consumed
 	fresh    bool   // counted against max_queued_connections
-	armed    bool   // registered for EPOLLIN in the epoll set
 	worker   *workerProc
 
 	deadline     time.Time // when the current timer list expires it

@@ -173,7 +173,7 @@ func (d *dispatcher) del(fd int) {
 	d.p.Del(fd)
 }
 
-// armListeners adds or removes every listener from the epoll set.
+// armListeners adds or removes every listener from the poller.
 func (d *dispatcher) armListeners(on bool) {
 	if on == d.acceptArmed {
 		return
@@ -369,7 +369,6 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, now tim
 		d.logLimited("epoll-add", "registering connection", "error", err)
 		return
 	}
-	c.armed = true
 	d.clients[key] = cl
 	cl.conns++
 	d.conns[c.id] = c
@@ -392,7 +391,6 @@ func (d *dispatcher) trusted(a netip.Addr) bool {
 // connEvent handles readiness of a parked or lingering connection. The
 // registration is one-shot, so it stays quiet until re-armed.
 func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
-	c.armed = false
 	switch c.state {
 	case stateLinger:
 		d.discard(c)
@@ -449,11 +447,10 @@ func (d *dispatcher) arm(c *conn) {
 		d.closeConn(c)
 		return
 	}
-	c.armed = true
 }
 
 // tryDispatch hands a readable connection to a worker under both bounds: the
-// client's share and the pool. Over either, it waits outside the epoll set,
+// client's share and the pool. Over either, it waits outside the poller,
 // oldest first, and its no-worker timer runs (SPEC §2 item 4).
 func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 	cl := c.client

@@ -1,6 +1,7 @@
 // Package supervisor is gatehouse's privileged process: it owns the listeners,
-// the worker processes and the dispatcher, the one epoll loop that holds every
-// connection nobody is serving and hands readable ones to workers (SPEC §2).
+// the worker processes and the dispatcher, the one event loop (epoll; kqueue
+// on the BSDs) that holds every connection nobody is serving and hands
+// readable ones to workers (SPEC §2).
 //
 // The supervisor never reads a request. It accepts, admits, parks, dispatches
 // descriptors over each worker's channel and takes them back; everything a
