@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"io/fs"
 	"net"
 	"os"
@@ -77,7 +78,13 @@ func TestParseRequest(t *testing.T) {
 func testAdmin(t *testing.T) (*AdminServer, string) {
 	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Output: &strings.Builder{}, Level: hclog.Info})
-	s := &Supervisor{log: log, start: time.Now()}
+	// Messages to the loop (log-level posts one) queue up unread.
+	poller, err := poll.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { poller.Close() })
+	s := &Supervisor{log: log, start: time.Now(), msgs: make(chan any, 64), poller: poller}
 	path := filepath.Join(t.TempDir(), "run", "admin.sock")
 	a, err := ListenAdmin(AdminOptions{Path: path, Logger: log, Reload: func(context.Context) error { return errors.New("no file") }, Drain: func() {}})
 	if err != nil {
