@@ -55,8 +55,15 @@ var fileSyscalls = []string{
 	"readlinkat", // os.Root resolves symlinks itself, within the root
 }
 
-// openWriteFlags may not appear in openat's flags (argument 2).
-const openWriteFlags = unix.O_WRONLY | unix.O_RDWR | unix.O_CREAT | unix.O_TRUNC | unix.O_APPEND | unix.O_TMPFILE
+// oTmpfileOnly is the kernel's __O_TMPFILE bit. unix.O_TMPFILE is
+// __O_TMPFILE|O_DIRECTORY, and os.Root opens every intermediate directory
+// with O_DIRECTORY, so refusing all of O_TMPFILE's bits killed the worker on
+// any request below a subdirectory.
+const oTmpfileOnly = unix.O_TMPFILE &^ unix.O_DIRECTORY
+
+// openWriteFlags may not appear in openat's flags (argument 2). Each is a
+// single bit, so "none of them set" is exactly "a read-only open".
+const openWriteFlags = unix.O_WRONLY | unix.O_RDWR | unix.O_CREAT | unix.O_TRUNC | unix.O_APPEND | oTmpfileOnly
 
 // cloneNamespaceFlags may not accompany CLONE_THREAD in clone's flags.
 const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
