@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 )
 
-// The file's shape (SPEC §8). HCL itself rejects any attribute or block not
+// The file's shape (docs/DESIGN.md §8). HCL itself rejects any attribute or block not
 // named here, with a "Did you mean" hint.
 var (
 	rootSchema = &hcl.BodySchema{

@@ -1,6 +1,6 @@
 // Package config loads and validates gatehouse's HCL configuration file.
 //
-// Every key has a documented default and range (SPEC §7). Load never writes
+// Every key has a documented default and range (docs/DESIGN.md §7). Load never writes
 // defaults into a value the caller passed in; it returns a fresh Config whose
 // fields all hold their effective values. An unknown key, a value of the wrong
 // type or a value out of range is an error naming the file and line.
@@ -109,7 +109,7 @@ type Limits struct {
 	WriteTimeout            time.Duration // 1s..600s, default 30s
 	ShutdownGrace           time.Duration // 0s..600s, default 10s
 	// IPCMaxInFlightRequests caps the requests one worker channel may have
-	// outstanding at the supervisor (SPEC §7): 1..65536, default 256.
+	// outstanding at the supervisor (docs/DESIGN.md §7): 1..65536, default 256.
 	IPCMaxInFlightRequests int
 }
 

@@ -1,5 +1,5 @@
 # gatehouse's built-in configuration: what it serves when given no file.
-# Every key left out takes its documented default (SPEC §7).
+# Every key left out takes its documented default (docs/DESIGN.md §7).
 
 listener "http" {
   address = "127.0.0.1:8080"

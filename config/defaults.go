@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Defaults for every key the file may leave out (SPEC §7).
+// Defaults for every key the file may leave out (docs/DESIGN.md §7).
 const (
 	DefaultWorkerCount             = 4
 	DefaultWorkerConcurrency       = 8

@@ -60,7 +60,7 @@ func wantError(tb testing.TB, src string, err error, want ...string) {
 
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, minimal)
-	// The values of SPEC §7, written out rather than taken from the
+	// The values of docs/DESIGN.md §7, written out rather than taken from the
 	// Default* constants so that a changed constant fails here.
 	tests := []struct {
 		name      string

@@ -8,7 +8,7 @@ import (
 
 // Apply confines the calling process. The worker calls it once, after it has
 // opened its document roots and before it reads its first frame. It applies
-// every layer it can, in the order of SPEC §5, and returns one Layer each.
+// every layer it can, in the order of docs/DESIGN.md §5, and returns one Layer each.
 // In Strict mode it returns a *NotAppliedError if any layer did not apply;
 // the worker must then exit without serving. Apply is irreversible: after
 // it returns, the process cannot open files outside its roots, create

@@ -3,7 +3,7 @@
 // The supervisor calls [SpawnAttr] to start a worker in fresh namespaces and
 // passes [Policy.Args] on the worker's command line; the worker decodes them
 // with [ParseArgs], opens its document roots and calls [Apply] before it reads
-// its first frame. On Linux, Apply runs these layers in order (SPEC §5):
+// its first frame. On Linux, Apply runs these layers in order (docs/DESIGN.md §5):
 //
 //	chroot        to an empty, already deleted directory (or Policy.Chroot)
 //	identity      drop to an unprivileged uid/gid and clear every capability

@@ -78,7 +78,7 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 // phase sets the read deadline to the moment the minimum body rate would be
-// violated (SPEC §3): the bytes so far cover bodyGrace + n/rate seconds.
+// violated (docs/DESIGN.md §3.3): the bytes so far cover bodyGrace + n/rate seconds.
 func (b *body) phase() {
 	start, n := b.start, b.n
 	b.cs.in.limit = func(now time.Time) time.Time {

@@ -8,8 +8,8 @@ import (
 
 // setCORS adds the configured CORS headers for a request from origin.
 // Transport errors never carry Access-Control-Allow-Credentials: they are
-// answered before anything about the request is known (reference: HTTP
-// transport, CORS on transport errors).
+// answered before anything about the request is known (docs/DESIGN.md
+// §3.5).
 func (w *Worker) setCORS(h http.Header, origin string, transportError bool) {
 	c := w.cfg.CORS
 	if c == nil || origin == "" || !c.Allows(origin) {

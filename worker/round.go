@@ -23,7 +23,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 )
 
-// Fixed transport limits (SPEC §3, §7).
+// Fixed transport limits (docs/DESIGN.md §3, §7).
 const (
 	headDeadline = 30 * time.Second // from the head's first byte
 	headGap      = 5 * time.Second  // longest silence inside a head
@@ -33,7 +33,7 @@ const (
 	bodyGrace   = 10 * time.Second
 	bodyMinRate = 16 << 10 // bytes per second
 	// maxRequestsPerConn and maxConnAge close a connection after its
-	// 1000th request or once it is an hour old (reference HTTP-8).
+	// 1000th request or once it is an hour old (docs/DESIGN.md §3.4).
 	maxRequestsPerConn = 1000
 	maxConnAge         = time.Hour
 	// pipelineRounds bounds the rounds served in one dispatch before the
@@ -82,7 +82,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	}}}
 	// The slot is released before Done is written: once the supervisor
 	// reads Done it may dispatch again at once, and must never find the slot
-	// still taken (reference/admission-race-analysis.txt, variant B).
+	// still taken (the admission race, docs/DESIGN.md §2.6).
 	w.active.Add(-1)
 	if err := w.ch.Send(done, -1); err != nil {
 		w.log.Error("returning connection", "conn", d.GetConnId(), "error", err)
@@ -295,7 +295,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		return false, proto.Disposition_LINGER
 	}
 	// The body is drained exactly before the next round, or the
-	// connection closes (SPEC §3, keep-alive).
+	// connection closes (docs/DESIGN.md §3.4).
 	if head.HasBody() && !body.drain(drainMax) {
 		if errors.Is(body.err, ErrBodyTooSlow) {
 			cs.outcome = proto.Outcome_TIMEOUT

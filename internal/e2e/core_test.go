@@ -193,7 +193,7 @@ trusted_proxies = ["127.0.0.4"]
 	}
 }
 
-// The admission lesson (reference/admission-race-analysis.txt): exactly
+// The admission race (docs/DESIGN.md §2.6): exactly
 // share lanes, each strictly sequential, are never made to wait.
 func TestShareLanesNeverWait(t *testing.T) {
 	h := start(t, `

@@ -304,7 +304,7 @@ const (
 // Dial for hostileUpstream, waits for its reply, closes the descriptor,
 // sends UpstreamRelease and only then sends its next Dial. At most lanesCap
 // requests are ever outstanding, so none may be refused as Overloaded
-// (SPEC §4; reference/admission-race-analysis.txt).
+// (docs/DESIGN.md §2.6, §4.2).
 func lanesWorker() int {
 	ch := hostileChannel()
 	var mu sync.Mutex

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Worker requests (SPEC §4): the hostile worker's request modes against a
+// Worker requests (docs/DESIGN.md §4.2): the hostile worker's request modes against a
 // supervisor whose second worker keeps serving clients.
 
 // requestConfig configures the upstream and rate limit class the hostile
@@ -475,7 +475,7 @@ limits {
 	}
 }
 
-// The admission reproducer (reference/admission-race-analysis.txt): exactly
+// The admission reproducer (docs/DESIGN.md §2.6): exactly
 // cap lanes over one channel, each waiting for its reply before it sends
 // its next request, are never refused, since at most cap requests are ever
 // outstanding and a slot is free again before its reply is written.

@@ -22,7 +22,7 @@ import (
 )
 
 // The proxy route handler in front of real upstreams: a Go net/http server
-// and python3's http.server (SPEC §3, issue 4).
+// and python3's http.server (docs/DESIGN.md §3.6, §4.3; issue 4).
 
 // echoUpstream is a Go net/http server that answers every request with the
 // request's body, and the request's method, path, Host, X-Forwarded-For and

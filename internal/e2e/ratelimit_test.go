@@ -163,7 +163,7 @@ func TestRateLimitTableBounded(t *testing.T) {
 		entries  = 1000
 		clients  = 200000
 		conns    = 8
-		perConn  = 1000 // requests per connection (SPEC §7: fixed)
+		perConn  = 1000 // requests per connection (docs/DESIGN.md §7: fixed)
 		pipeline = 50
 	)
 	h := start(t, rateConfig(fmt.Sprintf(`

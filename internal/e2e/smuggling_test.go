@@ -109,7 +109,7 @@ func fieldLines(n int) string {
 const smuggledGetA = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
 
 // smugglingCases are requests the server must frame exactly as RFC 9112 and
-// SPEC §3 say. References: RFC 9112 section numbers; "Kettle" is James
+// docs/DESIGN.md §3.2 say. References: RFC 9112 section numbers; "Kettle" is James
 // Kettle, "HTTP Desync Attacks: Request Smuggling Reborn" (2019).
 func smugglingCases() []smuggleCase {
 	ok := []int{200}

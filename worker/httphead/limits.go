@@ -1,7 +1,7 @@
 package httphead
 
-// Default limits, applied when a Limits field is zero. They match the
-// product specification (SPEC.md §3).
+// Default limits, applied when a Limits field is zero. They are the fixed
+// limits of docs/DESIGN.md §3.1.
 const (
 	DefaultMaxStartLine   = 8192
 	DefaultMaxHeaderBytes = 32768

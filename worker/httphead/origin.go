@@ -5,7 +5,7 @@ import "bytes"
 // OriginFromRaw returns the value of the first Origin field in the raw
 // bytes of a request head that may be malformed or truncated, or "" when
 // there is none or it is unusable. A server uses it to add CORS headers to
-// the error response for a head that never parsed (SPEC.md §3).
+// the error response for a head that never parsed (docs/DESIGN.md §3.5).
 //
 // It looks only at complete lines (ending in LF, with an optional CR
 // before it) after the first non-empty line (the request line) and before
