@@ -263,6 +263,8 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	rw := newResponse(cs, req, keep)
 	rw.body = body
 	switch {
+	case serverWideOptions(req):
+		answerServerOptions(rw)
 	case cs.w.preflight(req):
 		cs.w.answerPreflight(rw, req)
 	case !cs.allowed(ctx, rw, req):

@@ -40,6 +40,8 @@ type smuggleCase struct {
 	// idle is how long the client waits before the follow-up request of a
 	// connection that stays open.
 	idle time.Duration
+	// allow says every final response must carry an Allow field.
+	allow bool
 }
 
 // okGet is the follow-up request that proves a connection is in sync.
@@ -134,7 +136,12 @@ func smugglingCases() []smuggleCase {
 		{name: "whitespace line before request", raw: " \r\n" + okGet, want: bad, closed: true},
 		{name: "NUL before request", raw: "\x00" + okGet, want: bad, closed: true},
 		{name: "empty line between pipelined requests", raw: okGet + "\r\n" + okGet, want: []int{200, 200}},
-		{name: "TLS ClientHello on plaintext port", raw: "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", want: []int{408}, closed: true},
+		// Its NUL byte makes it an invalid head whatever follows: 400 at once.
+		{name: "TLS ClientHello on plaintext port", raw: "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", want: bad, closed: true, wait: 4 * time.Second},
+		// A CR not followed by LF is refused as soon as the next byte
+		// arrives, even with no LF after it (the inter-byte gap is 5 s).
+		{name: "bare CR before the body", raw: "POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\rhello", want: bad, closed: true, wait: 4 * time.Second},
+		{name: "bare CR in an unfinished field", raw: "GET /ok HTTP/1.1\r\nHost: x\r\nX-A: 1\r2", want: bad, closed: true, wait: 4 * time.Second},
 
 		// RFC 9112 §3: request line.
 		{name: "absolute-form http", raw: target("http://x/ok"), want: ok, bodies: []string{"ok\n"}},
@@ -150,7 +157,25 @@ func smugglingCases() []smuggleCase {
 		{name: "absolute-form opaque", raw: target("http:ok"), want: bad, closed: true},
 		{name: "authority-form with GET", raw: target("x:80"), want: bad, closed: true},
 		{name: "asterisk-form with GET", raw: target("*"), want: bad, closed: true},
-		{name: "asterisk-form with OPTIONS", raw: "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", want: []int{404}},
+		{name: "asterisk-form with OPTIONS", raw: "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", want: ok, bodies: []string{""}, allow: true},
+		// RFC 3986 §2: bytes a URI may not hold are 400, never passed on.
+		{name: "backslash in target", raw: target(`/ok\..\x`), want: bad, closed: true},
+		{name: "double quote in target", raw: target(`/ok"x`), want: bad, closed: true},
+		{name: "braces in target", raw: target("/ok{x}"), want: bad, closed: true},
+		{name: "pipe in target", raw: target("/ok?a|b"), want: bad, closed: true},
+		{name: "angle brackets in target", raw: target("/ok<x>"), want: bad, closed: true},
+		{name: "caret in target", raw: target("/ok^x"), want: bad, closed: true},
+		{name: "backtick in target", raw: target("/ok`x"), want: bad, closed: true},
+		{name: "square brackets in path", raw: target("/ok[0]"), want: bad, closed: true},
+		{name: "vertical tab in target", raw: target("/ok\vx"), want: bad, closed: true},
+		{name: "percent-encoded brace in target", raw: target("/ok?a=%7B"), want: ok},
+		// RFC 9110 §7.2 and RFC 3986 §3.2.3: port = *DIGIT.
+		{name: "Host port not digits", raw: "GET /ok HTTP/1.1\r\nHost: x:8o\r\n\r\n", want: bad, closed: true},
+		{name: "Host port with sign", raw: "GET /ok HTTP/1.1\r\nHost: x:+80\r\n\r\n", want: bad, closed: true},
+		{name: "Host with two ports", raw: "GET /ok HTTP/1.1\r\nHost: x:80:80\r\n\r\n", want: bad, closed: true},
+		{name: "Host IP-literal port not digits", raw: "GET /ok HTTP/1.1\r\nHost: [::1]:x\r\n\r\n", want: bad, closed: true},
+		{name: "Host with digit port", raw: "GET /ok HTTP/1.1\r\nHost: x:8080\r\n\r\n", want: ok},
+		{name: "Host IP-literal with port", raw: "GET /ok HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", want: ok},
 		{name: "CONNECT authority-form", raw: "CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n", want: []int{501}, closed: true},
 		{name: "CONNECT origin-form", raw: "CONNECT /ok HTTP/1.1\r\nHost: x\r\n\r\n", want: []int{501}, closed: true},
 		{name: "two SP after method", raw: "GET  /ok HTTP/1.1\r\nHost: x\r\n\r\n", want: bad, closed: true},
@@ -548,6 +573,9 @@ func runSmuggleCase(t *testing.T, addr string, tc smuggleCase) error {
 		}
 		if v := resp.Header.Get("X-Content-Type-Options"); v != "nosniff" {
 			problems = append(problems, fmt.Sprintf("response %d (%d): X-Content-Type-Options %q, want nosniff", i+1, resp.StatusCode, v))
+		}
+		if tc.allow && !strings.Contains(resp.Header.Get("Allow"), "GET") {
+			problems = append(problems, fmt.Sprintf("response %d (%d): Allow %q, want the served methods", i+1, resp.StatusCode, resp.Header.Get("Allow")))
 		}
 		if tc.bodies != nil && final < len(tc.bodies) && body != tc.bodies[final] {
 			problems = append(problems, fmt.Sprintf("response %d: body %q, want %q", i+1, excerptString([]byte(body)), tc.bodies[final]))

@@ -28,11 +28,13 @@
 //	invalid_version              400     version is not HTTP/DIGIT.DIGIT (e.g. "HTTP/1", "http/1.1")
 //	unsupported_version          505     well-formed version other than HTTP/1.0 and HTTP/1.1
 //	connect_refused              501     CONNECT (gatehouse is not a forward proxy)
-//	invalid_target               400     bytes outside visible ASCII, fragment, "*" without OPTIONS,
-//	                                     authority-form, scheme other than http(s), userinfo, bad escape
+//	invalid_target               400     a byte RFC 3986 does not allow (controls, SP-like bytes,
+//	                                     '"' '<' '>' '\\' '^' '`' '{' '|' '}', >= 0x80), '[' or ']' in
+//	                                     origin-form, fragment, "*" without OPTIONS, authority-form,
+//	                                     scheme other than http(s), userinfo, bad escape
 //	bare_lf                      400     line ended by LF without CR (RFC 9112 §2.2 permits accepting; we do not)
-//	bare_cr                      400     CR not followed by LF
-//	nul_byte                     400     NUL anywhere in the head
+//	bare_cr                      400     CR not followed by LF (refused as soon as the byte after it arrives)
+//	nul_byte                     400     NUL anywhere in the head (refused as soon as it arrives)
 //	header_too_large             431     field lines over MaxHeaderBytes (default 32768, CRLFs included)
 //	too_many_headers             431     more than MaxHeaderLines field lines (default 100)
 //	obs_fold                     400     field line starting with SP or HTAB
@@ -42,7 +44,8 @@
 //	invalid_field_value          400     control byte other than HTAB, or DEL, in a value
 //	missing_host                 400     HTTP/1.1 request without Host
 //	duplicate_host               400     more than one Host field line
-//	invalid_host                 400     Host value with bytes outside uri-host [":" port]
+//	invalid_host                 400     Host value not uri-host [":" port]: bytes outside the host's
+//	                                     set, a port that is not digits, brackets not around the host
 //	invalid_content_length       400     element not 1*DIGIT (sign, space, hex, empty) or over 2^63-1
 //	conflicting_content_length   400     Content-Length elements or lines with different values
 //	te_in_http10                 400     Transfer-Encoding in an HTTP/1.0 request
@@ -71,10 +74,7 @@
 //
 // # Leniencies kept
 //
-// The request-target may contain any visible ASCII byte except '#', as
-// net/http accepts, although RFC 3986 excludes some ("|", "{", "\\"):
-// rejecting them would break real clients for no framing benefit. Up to
-// four empty lines before the request line are skipped (RFC 9112 §2.2).
+// Up to four empty lines before the request line are skipped (RFC 9112 §2.2).
 // Identical Content-Length values, repeated in one field or several, are
 // accepted as one (RFC 9110 §8.6); values are compared as numbers.
 //

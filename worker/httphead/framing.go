@@ -106,14 +106,35 @@ func (h *Head) checkHost() *Error {
 }
 
 // validHost reports whether s may be a Host value: uri-host [":" port]
-// (RFC 9110 §7.2). It checks the byte set only (reg-name, IP-literal and
-// port characters), as net/http's server does; the empty value is valid.
+// (RFC 9110 §7.2, RFC 3986 §3.2.2-§3.2.3). It checks the byte set of the
+// host (reg-name, IPv4 or IP-literal characters, as net/http's server
+// does), that brackets enclose the whole IP-literal, and that the port is
+// digits only; the empty value is valid.
 func validHost(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	host, port := s, ""
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return false
+		}
+		host, port = s[1:end], s[end+1:]
+		if port != "" && port[0] != ':' {
+			return false
+		}
+	} else if i := strings.IndexByte(s, ':'); i >= 0 {
+		host, port = s[:i], s[i:]
+	}
+	for i := 1; i < len(port); i++ {
+		if port[i] < '0' || port[i] > '9' {
+			return false
+		}
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("-._~!$&'()*+,;=:[]%", c) >= 0:
+		case strings.IndexByte("-._~!$&'()*+,;=%", c) >= 0:
+		case c == ':' && s[0] == '[':
 		default:
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // headErrorTests lists refused heads, with the error each must produce.
@@ -63,6 +64,16 @@ var headErrorTests = []struct {
 	{"absolute with userinfo", "GET http://u:p@x/ HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
 	{"absolute bad port", "GET http://x:port/ HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
 	{"bad escape", "GET /%zz HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"backslash in target", "GET /a\\b HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"double quote in target", "GET /a\"b HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"braces in target", "GET /{a} HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"pipe in target", "GET /?a|b HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"angle brackets in target", "GET /<a> HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"caret in target", "GET /a^b HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"backtick in target", "GET /a`b HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"square bracket in path", "GET /a[0] HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"vertical tab in target", "GET /a\vb HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
+	{"form feed in target", "GET /a\fb HTTP/1.1\r\nHost: x\r\n\r\n", "invalid_target"},
 
 	// Line endings and forbidden bytes.
 	{"bare LF after request line", "GET / HTTP/1.1\nHost: x\r\n\r\n", "bare_lf"},
@@ -72,6 +83,8 @@ var headErrorTests = []struct {
 	{"bare CR in request line", "GET / HTTP/1.1\rHost: x\r\n\r\n", "bare_cr"},
 	{"bare CR in value", "GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n", "bare_cr"},
 	{"CR CR LF", "GET / HTTP/1.1\r\r\nHost: x\r\n\r\n", "bare_cr"},
+	{"bare CR before the body", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\rhello", "bare_cr"},
+	{"bare CR ends the head", "GET / HTTP/1.1\r\nHost: x\r\n\r\r", "bare_cr"},
 	{"NUL in target", "GET /a\x00b HTTP/1.1\r\nHost: x\r\n\r\n", "nul_byte"},
 	{"NUL in value", "GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", "nul_byte"},
 	{"NUL in name", "GET / HTTP/1.1\r\nHost: x\r\nX\x00Y: a\r\n\r\n", "nul_byte"},
@@ -98,6 +111,13 @@ var headErrorTests = []struct {
 	{"two Host fields HTTP/1.0", "GET / HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n", "duplicate_host"},
 	{"Host with space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", "invalid_host"},
 	{"Host with slash", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", "invalid_host"},
+	{"Host port not digits", "GET / HTTP/1.1\r\nHost: a:8o\r\n\r\n", "invalid_host"},
+	{"Host port with sign", "GET / HTTP/1.1\r\nHost: a:+80\r\n\r\n", "invalid_host"},
+	{"Host two colons", "GET / HTTP/1.1\r\nHost: a:80:81\r\n\r\n", "invalid_host"},
+	{"Host IPv6 without brackets", "GET / HTTP/1.1\r\nHost: ::1\r\n\r\n", "invalid_host"},
+	{"Host IPv6 port not digits", "GET / HTTP/1.1\r\nHost: [::1]:x\r\n\r\n", "invalid_host"},
+	{"Host junk after IP-literal", "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n", "invalid_host"},
+	{"Host unclosed IP-literal", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", "invalid_host"},
 
 	// Content-Length.
 	{"CL plus sign", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\n", "invalid_content_length"},
@@ -242,9 +262,9 @@ func TestReadHead(t *testing.T) {
 			url:  "*",
 		},
 		{
-			name: "extension method, odd target bytes, repeated field, obs-text value",
-			in:   "M-SEARCH //a/{b}|c HTTP/1.1\r\nHost: [::1]:80\r\nX-A: 1\r\nx-a: 2\r\nX-U: caf\xc3\xa9\r\n\r\n",
-			want: Head{Method: "M-SEARCH", Target: "//a/{b}|c", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			name: "extension method, escaped target bytes, repeated field, obs-text value",
+			in:   "M-SEARCH //a/%7Bb%7D%7Cc HTTP/1.1\r\nHost: [::1]:80\r\nX-A: 1\r\nx-a: 2\r\nX-U: caf\xc3\xa9\r\n\r\n",
+			want: Head{Method: "M-SEARCH", Target: "//a/%7Bb%7D%7Cc", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 				Host: "[::1]:80"},
 			hdr: http.Header{"Host": {"[::1]:80"}, "X-A": {"1", "2"}, "X-U": {"caf\xc3\xa9"}},
 			url: "//a/%7Bb%7D%7Cc",
@@ -441,5 +461,47 @@ func TestErrorStatus(t *testing.T) {
 	e := newError(CodeBareCR, "detail")
 	if got, want := e.Error(), "httphead: bare_cr: detail"; got != want {
 		t.Errorf("got Error() %q, want %q", got, want)
+	}
+}
+
+// TestRefusedBeforeLF checks that a line already invalid whatever follows
+// (a bare CR, a NUL) is refused as soon as its bytes arrive, without waiting
+// for an LF the client may never send.
+func TestRefusedBeforeLF(t *testing.T) {
+	tests := []struct{ name, in, code string }{
+		{"bare CR before the body", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\rhello", "bare_cr"},
+		{"bare CR in request line", "GET /\rx", "bare_cr"},
+		{"bare CR in a field", "GET / HTTP/1.1\r\nHost: x\ry", "bare_cr"},
+		{"NUL in a field", "GET / HTTP/1.1\r\nHost: x\x00", "nul_byte"},
+		{"TLS ClientHello", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", "nul_byte"},
+	}
+	for _, tt := range tests {
+		for _, size := range bufSizes {
+			pr, pw := io.Pipe()
+			go func() {
+				// Byte by byte, and the pipe stays open: only the bytes
+				// already sent can decide.
+				for i := 0; i < len(tt.in); i++ {
+					if _, err := pw.Write([]byte{tt.in[i]}); err != nil {
+						return
+					}
+				}
+			}()
+			done := make(chan error, 1)
+			go func() {
+				_, err := ReadHead(bufio.NewReaderSize(pr, size), Limits{})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				var he *Error
+				if !errors.As(err, &he) || string(he.Code) != tt.code {
+					t.Errorf("%s (bufio %d): got %v, want %s", tt.name, size, err, tt.code)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("%s (bufio %d): still waiting for more input", tt.name, size)
+			}
+			pr.Close()
+		}
 	}
 }

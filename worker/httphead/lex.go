@@ -1,5 +1,7 @@
 package httphead
 
+import "strings"
+
 // Byte classes of the HTTP grammar (RFC 9110 §5.6.2, §5.5).
 const (
 	classTchar     = 1 << iota // tchar: a byte of a token
@@ -7,6 +9,7 @@ const (
 	classVchar                 // VCHAR: visible ASCII, 0x21-0x7E
 	classHex                   // HEXDIG
 	classQdtext                // qdtext: a byte of a quoted-string other than '\'
+	classURI                   // a byte RFC 3986 allows in a URI: unreserved, reserved or '%'
 )
 
 // byteClass is immutable after package initialization.
@@ -35,6 +38,13 @@ var byteClass = func() (t [256]uint8) {
 		}
 		if ('0' <= c && c <= '9') || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F') {
 			k |= classHex
+		}
+		// RFC 3986 §2: unreserved, gen-delims, sub-delims and the '%' of
+		// a pct-encoded triplet. Not: SP, '"', '<', '>', '\\', '^', '`',
+		// '{', '|', '}', controls, DEL and bytes >= 0x80.
+		if ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') ||
+			strings.IndexByte("-._~:/?#[]@!$&'()*+,;=%", byte(c)) >= 0 {
+			k |= classURI
 		}
 		t[c] = k
 	}

@@ -23,10 +23,25 @@ var errLineTooLong = errors.New("httphead: line too long")
 //
 // At end of input it returns the partial line (possibly empty) and io.EOF.
 // Other read errors are returned as they are, with the partial line.
+//
+// A line that already holds a CR followed by a byte other than LF, or a NUL,
+// is refused with an *Error as soon as that byte is read, without waiting
+// for the LF that may never come: such a line is invalid whatever follows
+// (RFC 9112 §2.2), and a client that sends a bare CR just before the body
+// would otherwise hold the round until the head deadline.
 func readLine(r *bufio.Reader, max int, scratch *[]byte) ([]byte, error) {
 	acc := (*scratch)[:0]
 	defer func() { *scratch = acc[:0] }()
 	for {
+		if err := fillLine(r, len(acc) > 0 && acc[len(acc)-1] == '\r'); err != nil {
+			if _, ok := err.(*Error); ok {
+				return acc, err
+			}
+			frag, _ := r.Peek(r.Buffered())
+			acc = append(acc, frag...)
+			r.Discard(len(frag))
+			return acc, err
+		}
 		frag, err := r.ReadSlice('\n')
 		if len(acc)+len(frag) > max {
 			if len(acc) == 0 {
@@ -47,6 +62,38 @@ func readLine(r *bufio.Reader, max int, scratch *[]byte) ([]byte, error) {
 		default:
 			acc = append(acc, frag...)
 			return acc, err
+		}
+	}
+}
+
+// fillLine reads into r's buffer until it holds an LF or is full, and
+// returns nil then. It returns a *Error as soon as the buffered part of the
+// line holds a NUL or a CR followed by another byte (prevCR: the line so far
+// ends in CR), and the read error, if reading stops before.
+func fillLine(r *bufio.Reader, prevCR bool) error {
+	scanned := 0
+	for {
+		n := r.Buffered()
+		buf, _ := r.Peek(n)
+		if bytes.IndexByte(buf[scanned:], '\n') >= 0 || n == r.Size() {
+			return nil
+		}
+		for i := scanned; i < n; i++ {
+			switch c := buf[i]; {
+			case c == 0:
+				return newError(CodeNULByte, fmt.Sprintf("NUL at offset %d of a line", i))
+			case i == 0 && prevCR, c == '\r' && i+1 < n:
+				// No LF is buffered, so whatever follows this CR is not one.
+				return newError(CodeBareCR, "CR not followed by LF")
+			}
+		}
+		// A trailing CR is decided by the next byte; scan it again.
+		scanned = n
+		if n > 0 && buf[n-1] == '\r' {
+			scanned = n - 1
+		}
+		if _, err := r.Peek(n + 1); err != nil && r.Buffered() == n {
+			return err
 		}
 	}
 }
@@ -75,10 +122,13 @@ func lineContent(line []byte) ([]byte, *Error) {
 }
 
 // readError converts a read error in the middle of a message into the error
-// ReadHead and the chunked reader return: io.ErrUnexpectedEOF for a clean
-// end of input, and anything else wrapped so that errors.As still finds a
+// ReadHead and the chunked reader return: a *Error from readLine as it is,
+// io.ErrUnexpectedEOF for a clean end of input, and anything else wrapped so that errors.As still finds a
 // net.Error (a deadline, say) under it.
 func readError(what string, err error) error {
+	if e, ok := err.(*Error); ok {
+		return e
+	}
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		return io.ErrUnexpectedEOF
 	}

@@ -49,10 +49,13 @@ func (h *Head) parseRequestLine(line []byte) *Error {
 		return newError(CodeConnectRefused, "CONNECT is not supported")
 	}
 	for i, c := range target {
-		// RFC 9112 §3.2: the target is a URI reference, visible ASCII
-		// only. Control bytes, DEL and bytes >= 0x80 are refused rather
-		// than passed on for the application to reinterpret.
-		if byteClass[c]&classVchar == 0 {
+		// RFC 9112 §3.2: the target is a URI reference, so only the bytes
+		// RFC 3986 allows. The others (controls, DEL, bytes >= 0x80, and
+		// visible ones such as '\\', '"', '{' or '|') are refused rather
+		// than passed on for the application to reinterpret: a backslash
+		// read as a path separator behind the front end is a classic
+		// access-control bypass.
+		if byteClass[c]&classURI == 0 {
 			return newError(CodeInvalidTarget, fmt.Sprintf("byte 0x%02x at offset %d of the target", c, i))
 		}
 	}
@@ -101,7 +104,12 @@ func (h *Head) parseTarget() *Error {
 		h.URL = &url.URL{Path: "*"}
 		return nil
 	case t[0] == '/':
-		// origin-form (RFC 9112 §3.2.1).
+		// origin-form (RFC 9112 §3.2.1). '[' and ']' belong to an
+		// IP-literal authority only (RFC 3986 §3.2.2), never to a path or
+		// query.
+		if strings.ContainsAny(t, "[]") {
+			return newError(CodeInvalidTarget, "'[' or ']' in an origin-form target")
+		}
 		u, err := url.ParseRequestURI(t)
 		if err != nil {
 			return newError(CodeInvalidTarget, "unparsable origin-form target")
