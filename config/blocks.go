@@ -143,6 +143,11 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 		attrs := d.attrs(b, sandboxSchema)
 		enumAttr(d, attrs, "mode", "sandbox.mode", []string{"strict", "best-effort"}, &cfg.Sandbox.Mode)
 		enumAttr(d, attrs, "seccomp_action", "sandbox.seccomp_action", []string{"kill", "log"}, &cfg.Sandbox.SeccompAction)
+		// A filter that only logs enforces nothing: strict mode, which
+		// promises every layer, refuses it rather than report it applied.
+		if a, ok := attrs["seccomp_action"]; ok && cfg.Sandbox.SeccompAction == "log" && cfg.Sandbox.Mode == "strict" {
+			d.errorf(a.Expr.Range(), "Invalid value", `sandbox.seccomp_action = "log" enforces nothing and is refused in strict mode; set sandbox { mode = "best-effort" } to diagnose the allow-list.`)
+		}
 		if dir, rng, ok := stringAttr(d, attrs, "chroot", "sandbox.chroot"); ok {
 			if dir == "" || strings.ContainsRune(dir, 0) {
 				d.errorf(rng, "Invalid value", "sandbox.chroot must be a directory path, got %q.", dir)

@@ -158,7 +158,8 @@ type Admin struct {
 type Sandbox struct {
 	Mode string // "strict" (default) or "best-effort"
 	// SeccompAction is "kill" (default) or "log": a diagnosis mode that logs
-	// a disallowed system call (SECCOMP_RET_LOG) instead of killing.
+	// a disallowed system call (SECCOMP_RET_LOG) instead of killing. "log"
+	// is refused in strict mode: it enforces nothing.
 	SeccompAction string
 	// Chroot is an empty directory to confine workers to; "" means a private
 	// directory created and unlinked by each worker.

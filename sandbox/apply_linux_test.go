@@ -360,12 +360,32 @@ func TestSeccompKills(t *testing.T) {
 	}
 }
 
-// TestSeccompLog checks diagnosis mode: forbidden calls go through the
-// filter (and are logged), the other layers still stop them.
+// TestSeccompLog checks diagnosis mode: strict mode refuses it, and in
+// best-effort mode the seccomp layer is reported as not enforcing while
+// forbidden calls go through the filter (and are logged) and the other
+// layers still stop them.
 func TestSeccompLog(t *testing.T) {
-	p := sandbox.Policy{}.WithSeccompAction(sandbox.Log)
+	if err := (sandbox.Policy{}).WithSeccompAction(sandbox.Log).Validate(); err == nil || !strings.Contains(err.Error(), "strict") {
+		t.Errorf("strict policy with seccomp action log: Validate = %v, want a refusal", err)
+	}
+	if _, err := sandbox.ParseArgs([]string{"-sandbox.mode=strict", "-sandbox.seccomp=log"}); err == nil {
+		t.Errorf("ParseArgs accepted strict mode with seccomp action log")
+	}
+	p := sandbox.Policy{}.BestEffort().WithSeccompAction(sandbox.Log)
 	if sandboxtest.InChild() {
-		root := childApply(t, p)
+		root, err := os.OpenRoot(sandboxtest.Arg())
+		if err != nil {
+			t.Fatalf("OpenRoot: %v", err)
+		}
+		layers, err := sandbox.Apply(p.WithRoots(sandboxtest.Arg()))
+		if err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		for _, l := range layers {
+			if l.Name == "seccomp" && (l.Applied || !strings.Contains(l.Detail, "does not enforce")) {
+				t.Errorf("seccomp layer in log mode = %v, want not applied, not enforcing", l)
+			}
+		}
 		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 		if err != nil {
 			t.Errorf("socket in log mode: %v, want a socket", err)

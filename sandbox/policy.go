@@ -48,7 +48,9 @@ const (
 	// sees the worker die by SIGSYS.
 	Kill SeccompAction = iota
 	// Log lets the call through and logs it to the audit log
-	// (SECCOMP_RET_LOG). For diagnosing the allow-list only.
+	// (SECCOMP_RET_LOG). For diagnosing the allow-list only: it enforces
+	// nothing, so a Strict policy refuses it and a BestEffort one reports
+	// the seccomp layer as not applied.
 	Log
 )
 
@@ -138,6 +140,9 @@ func (p Policy) Validate() error {
 	}
 	if p.SeccompAction != Kill && p.SeccompAction != Log {
 		return fmt.Errorf("sandbox: invalid seccomp action %v", p.SeccompAction)
+	}
+	if p.Mode == Strict && p.SeccompAction == Log {
+		return fmt.Errorf("sandbox: seccomp action %v enforces nothing and is refused in strict mode; %s", Log, bestEffortHint)
 	}
 	for _, r := range p.Roots {
 		if err := checkAbs("root", r); err != nil {

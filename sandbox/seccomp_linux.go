@@ -171,6 +171,9 @@ func applySeccomp(p Policy) Layer {
 		l.Detail = fmt.Sprintf("verifying filter: %v", merr)
 	case mode != 2:
 		l.Detail = fmt.Sprintf("filter not in force after loading (seccomp mode %d)", mode)
+	case p.SeccompAction == Log:
+		// Loaded, but a call off the list only goes to the audit log.
+		l.Detail = "allow-list on all threads with default action log: logs, does not enforce"
 	default:
 		l.Applied = true
 		l.Detail = fmt.Sprintf("allow-list on all threads, default action %s", p.SeccompAction)
