@@ -46,6 +46,9 @@ func Main(args []string, stderr io.Writer) int {
 	check := fs.Bool("check", false, "validate the configuration and exit")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK // -h asked for the usage, which is printed
+		}
 		return ExitConfig
 	}
 	if *version {
@@ -212,7 +215,8 @@ func (s *service) stopping(why string) {
 
 // drain is the admin socket's drain.
 func (s *service) drain() {
-	s.log.Info("draining on request of the admin socket")
+	s.log.Info("draining on request of the admin socket: no new connections, requests in flight get shutdown_grace, then are cut",
+		"shutdown_grace", s.grace)
 	s.stopping("drain")
 	s.sup.Drain()
 }

@@ -13,9 +13,11 @@ import (
 	"io"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
@@ -49,10 +51,12 @@ Commands:
   status            version, uptime, listeners, pool and every worker
   workers           every worker slot: pid, state, sandbox layers, load, restarts
   conns             connections by state
-  clients [N]       the N client keys holding the most slots (default 20)
+  clients [N|-N]    the N client keys holding the most slots (default 20)
   metrics           metrics in the Prometheus text format
   reload            read the configuration file again (as SIGHUP)
-  drain             stop accepting, finish in-flight requests, exit
+  drain             shut gatehouse down gracefully: stop accepting, close every
+                    idle connection, give requests in flight shutdown_grace
+                    (default 10s) to finish, cut the rest, exit 0
   log-level LEVEL   trace, debug, info, warn or error
 
 Flags may come before or after the command.
@@ -69,10 +73,17 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	}
 	socket := fs.String("socket", "", "admin socket `path` (default $"+SocketEnv+", else "+DefaultSocket+")")
 	asJSON := fs.Bool("json", false, "print the reply as JSON")
-	// Flags may follow the command: parse, take one positional, repeat.
+	// Flags may follow the command: parse, take one positional, repeat. A
+	// negative number is an argument, not a flag: `clients -5` asks for the
+	// top five, as `head -5` would.
 	var pos []string
 	rest := args
-	for {
+	for len(rest) > 0 {
+		if isNegativeNumber(rest[0]) {
+			pos = append(pos, rest[0])
+			rest = rest[1:]
+			continue
+		}
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return ExitOK
@@ -89,6 +100,9 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	if len(pos) == 0 {
 		fmt.Fprint(stderr, usage)
 		return ExitUsage
+	}
+	if pos[0] == adminapi.CmdClients && len(pos) > 1 && isNegativeNumber(pos[1]) {
+		pos[1] = pos[1][1:]
 	}
 	path := *socket
 	if path == "" {
@@ -122,6 +136,19 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		return ExitReply
 	}
 	return ExitOK
+}
+
+// isNegativeNumber reports whether s is "-" followed by decimal digits only.
+func isNegativeNumber(s string) bool {
+	if len(s) < 2 || s[0] != '-' {
+		return false
+	}
+	for _, c := range s[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // call sends req on a new connection to the socket at path and returns the
@@ -194,9 +221,9 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	}
 	uptime := (time.Duration(s.UptimeSeconds) * time.Second).String()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "gatehouse\t%s, pid %d, %s, up %s\n", s.Version, s.PID, state, uptime)
-	fmt.Fprintf(tw, "config\t%s\n", cfg)
-	fmt.Fprintf(tw, "listeners\t%s\n", strings.Join(s.Listeners, " "))
+	fmt.Fprintf(tw, "gatehouse\t%s, pid %d, %s, up %s\n", safe(s.Version), s.PID, state, uptime)
+	fmt.Fprintf(tw, "config\t%s\n", safe(cfg))
+	fmt.Fprintf(tw, "listeners\t%s\n", safeJoin(s.Listeners))
 	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %d before a first request\n",
 		s.Pool, s.Share, s.AtWorkers, s.Waiting, s.Queued)
 	if err := tw.Flush(); err != nil {
@@ -218,11 +245,11 @@ func printWorkers(w io.Writer, ws []adminapi.Worker) error {
 		if x.BackoffSeconds > 0 {
 			backoff = time.Duration(x.BackoffSeconds * float64(time.Second)).Round(time.Millisecond).String()
 		}
-		sandbox := strings.Join(x.Sandbox, " ")
+		sandbox := safeJoin(x.Sandbox)
 		if sandbox == "" {
 			sandbox = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Slot, pid, x.State, x.Active, x.Served, x.Restarts, backoff, sandbox)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Slot, pid, safe(x.State), x.Active, x.Served, x.Restarts, backoff, sandbox)
 	}
 	return tw.Flush()
 }
@@ -246,7 +273,7 @@ func printConns(w io.Writer, c *adminapi.Conns) error {
 	}
 	sort.Strings(more)
 	for _, st := range more {
-		fmt.Fprintf(tw, "%s\t%d\n", st, c.ByState[st])
+		fmt.Fprintf(tw, "%s\t%d\n", safe(st), c.ByState[st])
 	}
 	fmt.Fprintf(tw, "total\t%d\n", c.Total)
 	if err := tw.Flush(); err != nil {
@@ -265,7 +292,29 @@ func printClients(w io.Writer, cs []adminapi.Client) error {
 		if c.Trusted {
 			trusted = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", c.Key, c.Out, c.Conns, c.Waiting, c.Waits, trusted)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", safe(c.Key), c.Out, c.Conns, c.Waiting, c.Waits, trusted)
 	}
 	return tw.Flush()
+}
+
+// safe returns s for a table cell: as it is when it holds only printable
+// characters other than spaces and quotes, else Go-quoted. Many of the strings
+// a reply holds come from workers (sandbox layer names) or clients, and none
+// may move the cursor, recolour the terminal or pass for two cells.
+func safe(s string) string {
+	for _, r := range s {
+		if r == ' ' || r == '"' || r == '\\' || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// safeJoin joins the safe forms of ss with spaces.
+func safeJoin(ss []string) string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = safe(s)
+	}
+	return strings.Join(out, " ")
 }

@@ -59,6 +59,9 @@ func TestFlagsAnywhere(t *testing.T) {
 		{[]string{"-socket", sock, "log-level", "debug"}, nil, "log-level", []string{"debug"}, false},
 		{[]string{"log-level", "-socket", sock, "debug", "-json"}, nil, "log-level", []string{"debug"}, true},
 		{[]string{"-json", "clients", "5", "--socket=" + sock}, nil, "clients", []string{"5"}, true},
+		{[]string{"-socket", sock, "clients", "-5"}, nil, "clients", []string{"5"}, false},
+		{[]string{"clients", "-12", "-socket", sock, "-json"}, nil, "clients", []string{"12"}, true},
+		{[]string{"-socket", sock, "log-level", "-1"}, nil, "log-level", []string{"-1"}, false},
 		{[]string{"status"}, map[string]string{SocketEnv: sock}, "status", nil, false},
 	}
 	for _, tt := range tests {
@@ -138,5 +141,33 @@ func TestStatusTable(t *testing.T) {
 	}
 	if f := strings.Fields(w1); len(f) != 8 || f[1] != "-" || f[2] != "dead" {
 		t.Errorf("dead worker row %q", w1)
+	}
+}
+
+// Strings in a reply may come from workers (sandbox layer names) and clients:
+// none reaches the terminal raw.
+func TestTablesEscapeStrings(t *testing.T) {
+	forged := "seccomp\r\x1b[2K[ERROR] gatehouse.dispatcher: forged"
+	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Workers: []adminapi.Worker{
+		{Slot: 0, PID: 7, State: "ready\x1b[31m", Sandbox: []string{"+landlock", "+" + forged, "+two words"}},
+	}})
+	out, errs, code := run([]string{"-socket", sock, "workers"}, nil)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if strings.ContainsAny(out, "\r\x1b") {
+		t.Errorf("raw control bytes reach the terminal: %q", out)
+	}
+	for _, want := range []string{"+landlock", `"+seccomp\r\x1b[2K[ERROR] gatehouse.dispatcher: forged"`, `"+two words"`, `"ready\x1b[31m"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("workers output lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+func TestDrainSaysWhatItDoes(t *testing.T) {
+	_, errs, code := run([]string{"-h"}, nil)
+	if code != ExitOK || !strings.Contains(errs, "shutdown_grace") || !strings.Contains(errs, "cut the rest") {
+		t.Errorf("usage (exit %d) does not say what drain does:\n%s", code, errs)
 	}
 }
