@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -435,76 +434,4 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 	}
 	a.log.Warn("unknown admin command", "command", req.Command, "uid", uid)
 	return adminapi.Reply{Error: fmt.Sprintf("unknown command %q (status, workers, conns, clients, metrics, reload, drain, log-level)", req.Command)}
-}
-
-func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
-	st := &adminapi.Status{
-		Version:       Version,
-		PID:           os.Getpid(),
-		Started:       a.s.Started(),
-		UptimeSeconds: snap.Time.Sub(a.s.Started()).Seconds(),
-		ConfigFile:    a.s.ConfigPath(),
-		Pool:          snap.Pool,
-		Share:         snap.Share,
-		AtWorkers:     snap.AtWorkers,
-		Queued:        snap.Queued,
-		Waiting:       snap.Waiting,
-		Stopping:      snap.Stopping,
-		Workers:       workersOf(snap),
-		Listeners:     []string{},
-	}
-	for _, l := range snap.Listeners {
-		st.Listeners = append(st.Listeners, l.String())
-	}
-	return st
-}
-
-func workersOf(snap Snapshot) []adminapi.Worker {
-	out := make([]adminapi.Worker, 0, len(snap.Workers))
-	for _, w := range snap.Workers {
-		out = append(out, adminapi.Worker{
-			Slot: w.Slot, PID: w.PID, State: w.State, Sandbox: append([]string{}, w.Sandbox...),
-			Active: w.Active, Served: w.Served, Restarts: w.Restarts, BackoffSeconds: w.Backoff.Seconds(),
-		})
-	}
-	return out
-}
-
-func connsOf(snap Snapshot) *adminapi.Conns {
-	c := &adminapi.Conns{ByState: map[string]int{}, AtWorkers: snap.AtWorkers, Waiting: snap.Waiting, Queued: snap.Queued, Pool: snap.Pool, Share: snap.Share}
-	for _, st := range stateNames {
-		c.ByState[st] = 0
-	}
-	for st, n := range snap.Conns {
-		c.ByState[st] = n
-		c.Total += n
-	}
-	return c
-}
-
-// topClients returns the n client keys holding the most pool slots, then
-// connections, then queued and past waits.
-func topClients(snap Snapshot, n int) []adminapi.Client {
-	cl := slices.Clone(snap.Clients)
-	slices.SortStableFunc(cl, func(a, b ClientInfo) int {
-		switch {
-		case a.Out != b.Out:
-			return b.Out - a.Out
-		case a.Conns != b.Conns:
-			return b.Conns - a.Conns
-		case a.Waiting != b.Waiting:
-			return b.Waiting - a.Waiting
-		case a.Waits != b.Waits:
-			if a.Waits > b.Waits {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
-	out := make([]adminapi.Client, 0, min(n, len(cl)))
-	for _, c := range cl[:min(n, len(cl))] {
-		out = append(out, adminapi.Client{Key: c.Key, Trusted: c.Trusted, Conns: c.Conns, Out: c.Out, Waiting: c.Waiting, Waits: c.Waits})
-	}
-	return out
 }

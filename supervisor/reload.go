@@ -46,9 +46,12 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
 	}
+	// Only this goroutine changes listeners (under reloadMu, through the
+	// loop), so the published set is the loop's current one.
+	bound := *s.bound.Load()
 	var added []listener
 	for _, l := range cfg.Listeners {
-		if slices.ContainsFunc(s.cfg.Listeners, func(o config.Listener) bool { return o.Address == l.Address }) {
+		if slices.ContainsFunc(bound, func(o boundAddr) bool { return o.cfg == l.Address }) {
 			continue
 		}
 		fd, bound, err := bindTCP(l.Address)
@@ -75,7 +78,6 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	if err := <-reply; err != nil {
 		return err
 	}
-	s.cfg, s.spec = cfg, spec
 	s.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	s.log.Info("configuration reloaded", "file", s.opts.ConfigPath)
 	return nil
@@ -127,7 +129,7 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 // reloadListeners closes the listeners the new configuration dropped and
 // arms the ones bound for it.
 func (d *dispatcher) reloadListeners(added []listener) {
-	keep := d.listeners[:0]
+	var keep []listener
 	for _, l := range d.listeners {
 		if slices.ContainsFunc(d.cfg.Listeners, func(c config.Listener) bool { return c.Address == l.cfgAddr }) {
 			keep = append(keep, l)
@@ -151,6 +153,7 @@ func (d *dispatcher) reloadListeners(added []listener) {
 		}
 		d.log.Info("listening", "listener", l.name, "address", l.addr)
 	}
+	d.s.publishListeners(d.listeners)
 }
 
 // workerView is what a worker is started with: a change in any of it needs

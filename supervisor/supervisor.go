@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -60,13 +61,15 @@ type Supervisor struct {
 	log   hclog.Logger
 	start time.Time // immutable
 
-	// reloadMu serialises Reload; it guards cfg and spec, which the loop
-	// also holds its own copies of.
-	reloadMu sync.Mutex
-	cfg      *config.Config
-	spec     *workerSpec
+	reloadMu sync.Mutex // serialises Reload
 
-	listeners []listener // bound in New; owned by the loop once Run starts
+	// boot is what New prepared for the loop: the configuration, the worker
+	// spec and the bound listeners. Run hands it to the loop, which from
+	// then on is their only owner.
+	boot loopInit
+	// bound is the listeners' addresses as the loop last published them;
+	// Addrs and Reload read it without asking the loop.
+	bound atomic.Pointer[[]boundAddr]
 
 	msgs   chan any     // bounded queue of messages into the loop
 	poller *poll.Poller // the loop's; Wake is safe from any goroutine
@@ -74,6 +77,28 @@ type Supervisor struct {
 	once   sync.Once
 
 	d *dispatcher // the loop's state; touched only by the loop goroutine
+}
+
+// loopInit is the state New prepares for the loop.
+type loopInit struct {
+	cfg       *config.Config
+	spec      *workerSpec
+	listeners []listener
+}
+
+// boundAddr is one listener's address as configured and as bound.
+type boundAddr struct {
+	cfg, bound netip.AddrPort
+}
+
+// publishListeners records the addresses of ls for Addrs and Reload. The
+// loop calls it whenever its listeners change.
+func (s *Supervisor) publishListeners(ls []listener) {
+	b := make([]boundAddr, len(ls))
+	for i, l := range ls {
+		b[i] = boundAddr{cfg: l.cfgAddr, bound: l.addr}
+	}
+	s.bound.Store(&b)
 }
 
 // New binds every listener of cfg and prepares the supervisor. Binding here,
@@ -91,7 +116,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
 	s := &Supervisor{
-		cfg:   cfg,
+		boot:  loopInit{cfg: cfg},
 		opts:  opts,
 		log:   opts.Logger,
 		msgs:  make(chan any, 1024),
@@ -99,9 +124,10 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		start: time.Now(),
 	}
 	var err error
-	if s.listeners, err = openListeners(cfg, opts.Inherited); err != nil {
+	if s.boot.listeners, err = openListeners(cfg, opts.Inherited); err != nil {
 		return nil, err
 	}
+	s.publishListeners(s.boot.listeners)
 	// With the listeners bound, the supervisor keeps no privilege it does
 	// not need: no_new_privs always, and the configured user when root.
 	// The workers' sandbox is then arranged as that user.
@@ -111,7 +137,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("dropping privileges: %w", err)
 	}
 	opts.Logger.Info("supervisor privileges", "kept", kept)
-	if s.spec, err = newWorkerSpec(cfg, opts); err != nil {
+	if s.boot.spec, err = newWorkerSpec(cfg, opts); err != nil {
 		s.closeListeners()
 		return nil, err
 	}
@@ -123,17 +149,19 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 }
 
 func (s *Supervisor) closeListeners() {
-	for _, l := range s.listeners {
+	for _, l := range s.boot.listeners {
 		unix.Close(l.fd)
 	}
-	s.listeners = nil
+	s.boot.listeners = nil
 }
 
-// Addrs returns the bound listener addresses, in configuration order.
+// Addrs returns the bound listener addresses, in configuration order (those
+// a reload added last). Safe from any goroutine.
 func (s *Supervisor) Addrs() []netip.AddrPort {
-	out := make([]netip.AddrPort, len(s.listeners))
-	for i, l := range s.listeners {
-		out[i] = l.addr
+	b := *s.bound.Load()
+	out := make([]netip.AddrPort, len(b))
+	for i, l := range b {
+		out[i] = l.bound
 	}
 	return out
 }

@@ -74,14 +74,6 @@ type workerProc struct {
 	held map[string]int
 }
 
-// outFrame is a frame that found the channel full, with the descriptor to send
-// along (-1 for none). The dispatcher keeps its own copy of the descriptor.
-type outFrame struct {
-	f     *proto.Frame
-	fd    int
-	owned bool // fd is closed once sent
-}
-
 // spawnResult is what a spawning goroutine posts back to the loop.
 type spawnResult struct {
 	slot int

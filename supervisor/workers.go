@@ -1,15 +1,22 @@
 package supervisor
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
-	"golang.org/x/sys/unix"
+)
+
+const (
+	pingInterval = 5 * time.Second
+	pingTimeout  = 10 * time.Second
+	// Worker respawn backoff: 100 ms doubling to 10 s, reset after a minute healthy.
+	backoffMin    = 100 * time.Millisecond
+	backoffMax    = 10 * time.Second
+	healthyUptime = time.Minute
+	// throttleDelay holds back a worker that died before serving a request.
+	throttleDelay = time.Minute
 )
 
 // newWorker makes a slot for a worker of the current spec, not yet started.
@@ -104,154 +111,6 @@ func (d *dispatcher) exited(m exitResult, now time.Time) {
 		d.workers = slices.DeleteFunc(d.workers, func(x *workerProc) bool { return x == w })
 		d.roll(now)
 	}
-}
-
-// workerEvent handles readiness on a worker's channel.
-func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
-	w := d.workerFor(int(id&slotMask), id>>slotBits)
-	if w == nil || w.ch == nil {
-		return
-	}
-	if ev.Writable {
-		d.flushOut(w)
-		if w.ch == nil || w.wantOut {
-			return
-		}
-	}
-	if w.wantOut {
-		return // replies are queued: read more once they are out
-	}
-	var f proto.Frame
-	for i := 0; i < frameBatch; i++ {
-		f.Reset()
-		fd, err := w.ch.Recv(&f)
-		if err != nil {
-			var fe *ipc.FrameError
-			switch {
-			case err == ipc.ErrWouldBlock:
-			case err == ipc.ErrClosed:
-				// A draining worker closes its channel as it exits; any
-				// other worker doing so is broken and is killed.
-				d.workerGone(w, "closed its channel", w.state != workerDraining)
-			case errors.As(err, &fe):
-				d.killWorker(w, fe.Error())
-			default:
-				d.killWorker(w, err.Error())
-			}
-			return
-		}
-		if fd >= 0 {
-			// ipc admits a descriptor only on a Dispatch, which a worker
-			// never sends; close it before reporting the violation.
-			unix.Close(fd)
-		}
-		if !d.frame(w, &f, now) || w.ch == nil || w.wantOut {
-			return
-		}
-	}
-}
-
-// frame handles one frame from a worker. It reports false when the worker was
-// killed for it.
-func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
-	switch b := f.Body.(type) {
-	case *proto.Frame_Ready:
-		if w.state != workerStarting {
-			d.killWorker(w, "Ready when not starting")
-			return false
-		}
-		w.state = workerReady
-		w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), b.Ready.GetLayers()...)
-		d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
-		d.checkReady()
-		d.roll(now)
-		d.pump(nil, now)
-	case *proto.Frame_Done:
-		return d.done(w, b.Done, now)
-	case *proto.Frame_Pong:
-		w.lastPong = now
-	case *proto.Frame_Dial, *proto.Frame_RateCheck, *proto.Frame_StatsRequest, *proto.Frame_UpstreamRelease:
-		return d.request(w, f, now)
-	default:
-		d.killWorker(w, fmt.Sprintf("unexpected frame %T", f.Body))
-		return false
-	}
-	return true
-}
-
-// done takes a connection back from a worker (SPEC §2 item 6): the slots are
-// released first, then it is re-parked, re-dispatched with its carried input,
-// lingered or closed.
-func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
-	c := d.conns[m.GetConnId()]
-	switch {
-	case c == nil || c.state != stateAtWorker || c.worker != w:
-		d.killWorker(w, fmt.Sprintf("Done for connection %d it does not hold", m.GetConnId()))
-		return false
-	case m.GetKept():
-		d.killWorker(w, "Done keeps a descriptor; affinity is not enabled")
-		return false
-	case len(m.GetCarried()) > ipc.MaxCarried:
-		d.killWorker(w, "Done carries more than the carried-bytes cap")
-		return false
-	case m.GetOutcome() < 0 || int(m.GetOutcome()) >= len(d.c.outcomes):
-		d.killWorker(w, "Done with an unknown outcome")
-		return false
-	case len(m.GetResponses()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
-		d.killWorker(w, "Done reports more responses than requests")
-		return false
-	case m.GetRequests() < c.requests:
-		d.killWorker(w, "Done lowers the request count")
-		return false
-	}
-	served := uint64(m.GetRequests() - c.requests)
-	w.served += served
-	w.rounds++
-	d.c.requests += served
-	if max := uint64(w.spec.cfg.Workers.MaxRoundsPerWorker); max > 0 && w.rounds >= max && !w.retiring {
-		// Recycled: replaced before it leaves.
-		w.retiring = true
-		d.log.Info("recycling worker", "worker", w.slot, "pid", w.pid, "rounds", w.rounds)
-		defer d.roll(now)
-	}
-	c.requests = m.GetRequests()
-	if c.fresh && c.requests > 0 {
-		c.fresh = false
-		d.queued--
-	}
-	d.c.outcomes[m.GetOutcome()]++
-	for _, r := range m.GetResponses() {
-		d.c.observe(r.GetStatus(), r.GetMicros())
-	}
-	if m.GetOutcome() == proto.Outcome_PEER_RESET {
-		d.logLimited("peer-reset", "client reset a connection mid-round")
-	}
-	d.release(c)
-	d.pump(c.client, now)
-	switch m.GetDisposition() {
-	case proto.Disposition_KEEP_ALIVE:
-		switch {
-		case d.stopping:
-			d.closeConn(c)
-		case len(m.GetCarried()) > 0:
-			c.carried = append([]byte(nil), m.GetCarried()...)
-			d.tryDispatch(c, now)
-		default:
-			d.park(c, now)
-		}
-	case proto.Disposition_CLOSE:
-		d.closeConn(c)
-	case proto.Disposition_LINGER:
-		if d.stopping {
-			d.closeConn(c)
-		} else {
-			d.linger(c, now)
-		}
-	default:
-		d.killWorker(w, "Done without a disposition")
-		return false
-	}
-	return true
 }
 
 // killWorker ends a worker for a protocol violation or unresponsiveness.

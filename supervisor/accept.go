@@ -1,0 +1,129 @@
+package supervisor
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// acceptBatch bounds accepts per listener event so one busy listener
+	// cannot starve the rest of the loop.
+	acceptBatch = 64
+	// acceptPause is how long accepting stops when descriptors run out and
+	// no idle connection can be closed to make room.
+	acceptPause = 100 * time.Millisecond
+)
+
+// armListeners adds or removes every listener from the poller.
+func (d *dispatcher) armListeners(on bool) {
+	if on == d.acceptArmed {
+		return
+	}
+	for _, l := range d.listeners {
+		if on {
+			if err := d.add(l.fd, kindListener, l.id, poll.In); err != nil {
+				d.log.Error("arming listener", "listener", l.name, "error", err)
+			}
+		} else {
+			d.del(l.fd)
+		}
+	}
+	d.acceptArmed = on
+}
+
+// accept takes new connections from listener i and admits them before a byte
+// is read (SPEC §2 item 1).
+func (d *dispatcher) accept(id uint64, now time.Time) {
+	i := slices.IndexFunc(d.listeners, func(l listener) bool { return l.id == id })
+	if d.stopping || i < 0 {
+		return
+	}
+	l := d.listeners[i]
+	for n := 0; n < acceptBatch; n++ {
+		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.fdReserve >= d.fdLimit && !d.evictIdle("descriptor reserve") {
+			d.pauseAccept(now, "descriptor reserve reached and no idle connection to close")
+			return
+		}
+		fd, sa, err := accept(l.fd)
+		switch err {
+		case nil:
+		case unix.EAGAIN:
+			return
+		case unix.EINTR, unix.ECONNABORTED, unix.EPROTO:
+			continue
+		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
+			// Out of descriptors: make room from the idle keep-alive
+			// connections, oldest first, as nginx does; never spin.
+			d.c.acceptErrors++
+			if !d.evictIdle("descriptors exhausted") {
+				d.pauseAccept(now, err.Error())
+				return
+			}
+			continue
+		default:
+			d.c.acceptErrors++
+			d.logLimited("accept", "accept failed", "listener", l.name, "error", err)
+			return
+		}
+		d.admit(fd, l.id, sockaddrAddrPort(sa), now)
+	}
+}
+
+func (d *dispatcher) pauseAccept(now time.Time, why string) {
+	d.c.acceptPauses++
+	d.acceptPause = now.Add(acceptPause)
+	d.armListeners(false)
+	d.logLimited("accept-pause", "accepting paused", "reason", why, "for", acceptPause)
+}
+
+// admit applies the admission caps to an accepted descriptor and parks it.
+func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, now time.Time) {
+	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
+	cl := d.clients[key]
+	if cl == nil {
+		cl = &client{key: key, trusted: d.trusted(peer.Addr())}
+		cl.waiting.wait = true
+	}
+	refuse := ""
+	switch {
+	case !cl.trusted && cl.conns >= d.cfg.Limits.MaxConnectionsPerClient:
+		refuse = refusedPerClient
+	case d.cfg.Limits.MaxQueuedConnections > 0 && d.queued >= d.cfg.Limits.MaxQueuedConnections:
+		refuse = refusedQueued
+	}
+	if refuse != "" {
+		unix.Close(fd)
+		d.c.refused[refuse]++
+		// The address stays out of the log line (SPEC §2 item 1).
+		d.logLimited("refused-"+refuse, "connection refused", "reason", refuse)
+		return
+	}
+	d.nextID++
+	c := &conn{id: d.nextID, fd: fd, client: cl, listener: listener, peer: peer, accepted: now, fresh: true}
+	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
+		unix.Close(fd)
+		d.logLimited("epoll-add", "registering connection", "error", err)
+		return
+	}
+	d.clients[key] = cl
+	cl.conns++
+	d.conns[c.id] = c
+	d.queued++
+	d.c.accepted++
+	c.deadline = now.Add(d.cfg.Limits.FirstByteTimeout)
+	d.freshTimers.push(c)
+}
+
+func (d *dispatcher) trusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range d.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

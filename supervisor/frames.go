@@ -1,0 +1,89 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"golang.org/x/sys/unix"
+)
+
+// frameBatch bounds frames read from one worker per event: one flooding
+// worker cannot delay another (SPEC §4).
+const frameBatch = 64
+
+// workerEvent handles readiness on a worker's channel.
+func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
+	w := d.workerFor(int(id&slotMask), id>>slotBits)
+	if w == nil || w.ch == nil {
+		return
+	}
+	if ev.Writable {
+		d.flushOut(w)
+		if w.ch == nil || w.wantOut {
+			return
+		}
+	}
+	if w.wantOut {
+		return // replies are queued: read more once they are out
+	}
+	var f proto.Frame
+	for i := 0; i < frameBatch; i++ {
+		f.Reset()
+		fd, err := w.ch.Recv(&f)
+		if err != nil {
+			var fe *ipc.FrameError
+			switch {
+			case err == ipc.ErrWouldBlock:
+			case err == ipc.ErrClosed:
+				// A draining worker closes its channel as it exits; any
+				// other worker doing so is broken and is killed.
+				d.workerGone(w, "closed its channel", w.state != workerDraining)
+			case errors.As(err, &fe):
+				d.killWorker(w, fe.Error())
+			default:
+				d.killWorker(w, err.Error())
+			}
+			return
+		}
+		if fd >= 0 {
+			// ipc admits a descriptor only on a Dispatch, which a worker
+			// never sends; close it before reporting the violation.
+			unix.Close(fd)
+		}
+		if !d.frame(w, &f, now) || w.ch == nil || w.wantOut {
+			return
+		}
+	}
+}
+
+// frame handles one frame from a worker. It reports false when the worker was
+// killed for it.
+func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
+	switch b := f.Body.(type) {
+	case *proto.Frame_Ready:
+		if w.state != workerStarting {
+			d.killWorker(w, "Ready when not starting")
+			return false
+		}
+		w.state = workerReady
+		w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), b.Ready.GetLayers()...)
+		d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
+		d.checkReady()
+		d.roll(now)
+		d.pump(nil, now)
+	case *proto.Frame_Done:
+		return d.done(w, b.Done, now)
+	case *proto.Frame_Pong:
+		w.lastPong = now
+	case *proto.Frame_Dial, *proto.Frame_RateCheck, *proto.Frame_StatsRequest, *proto.Frame_UpstreamRelease:
+		return d.request(w, f, now)
+	default:
+		d.killWorker(w, fmt.Sprintf("unexpected frame %T", f.Body))
+		return false
+	}
+	return true
+}

@@ -1,0 +1,188 @@
+package supervisor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+)
+
+// tryDispatch hands a readable connection to a worker under both bounds: the
+// client's share and the pool. Over either, it waits outside the poller,
+// oldest first, and its no-worker timer runs (SPEC §2 item 4).
+func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
+	cl := c.client
+	if !cl.trusted && cl.out >= d.share {
+		d.enqueue(c, &cl.waiting, now)
+		cl.waits++
+		d.c.shareWaits++
+		return
+	}
+	w := d.pickWorker()
+	if w == nil {
+		d.enqueue(c, &d.waiting, now)
+		d.c.poolWaits++
+		return
+	}
+	d.dispatch(w, c)
+}
+
+func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
+	c.state = stateWaiting
+	q.push(c)
+	if c.tlist != &d.waitTimers {
+		if c.tlist != nil {
+			c.tlist.remove(c)
+		}
+		c.deadline = now.Add(d.cfg.Limits.NoWorkerTimeout)
+		d.waitTimers.push(c)
+	}
+}
+
+// pickWorker returns the ready worker with the most free slots, or nil.
+func (d *dispatcher) pickWorker() *workerProc {
+	if d.stopping || d.out >= d.pool {
+		return nil
+	}
+	var best *workerProc
+	for _, w := range d.workers {
+		if w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
+			continue
+		}
+		if best == nil || w.active < best.active {
+			best = w
+		}
+	}
+	return best
+}
+
+// dispatch sends c to w. Admission is counted here, explicitly, never
+// inferred from the state of a pool.
+func (d *dispatcher) dispatch(w *workerProc, c *conn) {
+	if c.tlist != nil {
+		c.tlist.remove(c)
+	}
+	if c.qlist != nil {
+		c.qlist.remove(c)
+	}
+	c.state = stateAtWorker
+	c.worker = w
+	w.active++
+	c.client.out++
+	d.out++
+	d.c.dispatches++
+	f := &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{
+		ConnId:           c.id,
+		HasFd:            true,
+		Listener:         uint32(c.listener),
+		Peer:             c.peer.String(),
+		ClientKey:        c.client.key.String(),
+		Carried:          c.carried,
+		Requests:         c.requests,
+		AcceptedUnixNano: c.accepted.UnixNano(),
+	}}}
+	c.carried = nil
+	d.send(w, f, c.fd)
+}
+
+// release gives back the slots a connection held at its worker.
+func (d *dispatcher) release(c *conn) {
+	c.worker.active--
+	c.worker = nil
+	c.client.out--
+	d.out--
+}
+
+// pump dispatches waiting connections after slots were released: first the
+// pool's queue, oldest first, then the head of the client's own queue, which
+// now fits its share (it joins the pool's queue if no slot is left).
+func (d *dispatcher) pump(cl *client, now time.Time) {
+	for d.waiting.head != nil {
+		w := d.pickWorker()
+		if w == nil {
+			break
+		}
+		c := d.waiting.pop()
+		d.tryDispatch(c, now)
+	}
+	if cl != nil && cl.waiting.head != nil && (cl.trusted || cl.out < d.share) {
+		c := cl.waiting.pop()
+		d.tryDispatch(c, now)
+	}
+}
+
+// done takes a connection back from a worker (SPEC §2 item 6): the slots are
+// released first, then it is re-parked, re-dispatched with its carried input,
+// lingered or closed.
+func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
+	c := d.conns[m.GetConnId()]
+	switch {
+	case c == nil || c.state != stateAtWorker || c.worker != w:
+		d.killWorker(w, fmt.Sprintf("Done for connection %d it does not hold", m.GetConnId()))
+		return false
+	case m.GetKept():
+		d.killWorker(w, "Done keeps a descriptor; affinity is not enabled")
+		return false
+	case len(m.GetCarried()) > ipc.MaxCarried:
+		d.killWorker(w, "Done carries more than the carried-bytes cap")
+		return false
+	case m.GetOutcome() < 0 || int(m.GetOutcome()) >= len(d.c.outcomes):
+		d.killWorker(w, "Done with an unknown outcome")
+		return false
+	case len(m.GetResponses()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
+		d.killWorker(w, "Done reports more responses than requests")
+		return false
+	case m.GetRequests() < c.requests:
+		d.killWorker(w, "Done lowers the request count")
+		return false
+	}
+	served := uint64(m.GetRequests() - c.requests)
+	w.served += served
+	w.rounds++
+	d.c.requests += served
+	if max := uint64(w.spec.cfg.Workers.MaxRoundsPerWorker); max > 0 && w.rounds >= max && !w.retiring {
+		// Recycled: replaced before it leaves.
+		w.retiring = true
+		d.log.Info("recycling worker", "worker", w.slot, "pid", w.pid, "rounds", w.rounds)
+		defer d.roll(now)
+	}
+	c.requests = m.GetRequests()
+	if c.fresh && c.requests > 0 {
+		c.fresh = false
+		d.queued--
+	}
+	d.c.outcomes[m.GetOutcome()]++
+	for _, r := range m.GetResponses() {
+		d.c.observe(r.GetStatus(), r.GetMicros())
+	}
+	if m.GetOutcome() == proto.Outcome_PEER_RESET {
+		d.logLimited("peer-reset", "client reset a connection mid-round")
+	}
+	d.release(c)
+	d.pump(c.client, now)
+	switch m.GetDisposition() {
+	case proto.Disposition_KEEP_ALIVE:
+		switch {
+		case d.stopping:
+			d.closeConn(c)
+		case len(m.GetCarried()) > 0:
+			c.carried = append([]byte(nil), m.GetCarried()...)
+			d.tryDispatch(c, now)
+		default:
+			d.park(c, now)
+		}
+	case proto.Disposition_CLOSE:
+		d.closeConn(c)
+	case proto.Disposition_LINGER:
+		if d.stopping {
+			d.closeConn(c)
+		} else {
+			d.linger(c, now)
+		}
+	default:
+		d.killWorker(w, "Done without a disposition")
+		return false
+	}
+	return true
+}

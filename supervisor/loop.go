@@ -1,0 +1,304 @@
+package supervisor
+
+import (
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"golang.org/x/sys/unix"
+)
+
+// Poller tokens: the kind in the top byte, an id below. Connection ids are
+// never reused, so an event for a connection closed earlier in the same batch
+// finds no record and is dropped.
+const (
+	kindListener = 2
+	kindWorker   = 3
+	kindConn     = 4
+	kindShift    = 56
+	idMask       = 1<<kindShift - 1
+)
+
+const maxEvents = 256
+
+// canned503 is written, without blocking, to a readable connection that found
+// no worker for no_worker_timeout (SPEC §2 item 8).
+var canned503 = []byte("HTTP/1.1 503 Service Unavailable\r\n" +
+	"Content-Type: text/plain; charset=utf-8\r\n" +
+	"Content-Length: 20\r\n" +
+	"Retry-After: 5\r\n" +
+	"Connection: close\r\n" +
+	"X-Content-Type-Options: nosniff\r\n" +
+	"\r\n" +
+	"no worker available\n")
+
+func token(kind int, id uint64) uint64 { return uint64(kind)<<kindShift | id&idMask }
+
+func (d *dispatcher) add(fd, kind int, id uint64, in poll.Interest) error {
+	return d.p.Add(fd, token(kind, id), in)
+}
+
+func (d *dispatcher) mod(fd, kind int, id uint64, in poll.Interest) error {
+	return d.p.Mod(fd, token(kind, id), in)
+}
+
+// del deregisters fd; it must precede closing it, since a registration
+// outliving its descriptor stays stale while a worker holds a duplicate.
+func (d *dispatcher) del(fd int) {
+	d.p.Del(fd)
+}
+
+// run is the loop. It locks its OS thread: waiting for readiness blocks it.
+func (d *dispatcher) run() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer d.p.Close()
+
+	now := time.Now()
+	for _, w := range d.workers {
+		d.startWorker(w, now)
+	}
+	d.nextPing = now.Add(pingInterval)
+	d.fdBase = countOpenFDs()
+	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share)
+
+	for {
+		n, err := d.p.Wait(d.events, d.nextTimeout(time.Now()))
+		if err != nil {
+			return err
+		}
+		now = time.Now()
+		for _, ev := range d.events[:n] {
+			if ev.Token == poll.WakeToken {
+				d.drainWake(now)
+				continue
+			}
+			id := ev.Token & idMask
+			switch ev.Token >> kindShift {
+			case kindListener:
+				d.accept(id, now)
+			case kindWorker:
+				d.workerEvent(id, ev, now)
+			case kindConn:
+				if c := d.conns[id]; c != nil {
+					d.connEvent(c, ev, now)
+				}
+			}
+		}
+		d.expire(now)
+		d.tick(now)
+		if d.stopping && d.finished(now) {
+			d.teardown()
+			return nil
+		}
+	}
+}
+
+// nextTimeout is the wait's timeout: until the earliest deadline the loop
+// enforces itself, so each of them bounds the wait.
+func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
+	next := d.nextPing
+	consider := func(t time.Time) {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
+	}
+	for _, l := range []*connList{&d.freshTimers, &d.idleTimers, &d.waitTimers, &d.lingerTimers} {
+		if l.head != nil {
+			consider(l.head.deadline)
+		}
+	}
+	consider(d.acceptPause)
+	for _, w := range d.workers {
+		if w.state == workerDead && w.exited {
+			consider(w.retryAt)
+		}
+	}
+	if d.stopping {
+		consider(d.stopDeadline)
+	}
+	return max(0, next.Sub(now))
+}
+
+func (d *dispatcher) drainWake(now time.Time) {
+	for {
+		select {
+		case m := <-d.s.msgs:
+			d.message(m, now)
+		default:
+			return
+		}
+	}
+}
+
+func (d *dispatcher) message(m any, now time.Time) {
+	switch m := m.(type) {
+	case spawnResult:
+		d.spawned(m, now)
+	case exitResult:
+		d.exited(m, now)
+	case stopMsg:
+		d.stop(now)
+	case reloadMsg:
+		d.reload(m, now)
+	case dialResult:
+		d.dialed(m)
+	case logLevelMsg:
+		d.logLevel = m.level
+		for _, w := range d.workers {
+			d.send(w, &proto.Frame{Body: &proto.Frame_LogLevel{LogLevel: &proto.LogLevel{Level: m.level}}}, -1)
+		}
+	case snapshotReq:
+		m.reply <- d.snapshot(now)
+	}
+}
+
+// expire enforces the per-state timeouts.
+func (d *dispatcher) expire(now time.Time) {
+	for c := d.freshTimers.head; c != nil && !now.Before(c.deadline); c = d.freshTimers.head {
+		// A connection that never sent a byte is closed silently: browsers
+		// and load balancers open speculative connections.
+		d.c.timeoutFirstByte++
+		d.closeConn(c)
+	}
+	for c := d.idleTimers.head; c != nil && !now.Before(c.deadline); c = d.idleTimers.head {
+		d.c.timeoutIdle++
+		d.closeConn(c)
+	}
+	for c := d.waitTimers.head; c != nil && !now.Before(c.deadline); c = d.waitTimers.head {
+		d.c.timeoutNoWorker++
+		d.waitTimers.remove(c)
+		if c.qlist != nil {
+			c.qlist.remove(c)
+		}
+		unix.Write(c.fd, canned503)
+		unix.Shutdown(c.fd, unix.SHUT_WR)
+		d.linger(c, now)
+	}
+	for c := d.lingerTimers.head; c != nil && !now.Before(c.deadline); c = d.lingerTimers.head {
+		d.closeConn(c)
+	}
+}
+
+// tick runs the periodic work: accept resumption, pings, respawns.
+func (d *dispatcher) tick(now time.Time) {
+	if !d.acceptPause.IsZero() && !now.Before(d.acceptPause) {
+		d.acceptPause = time.Time{}
+		if !d.stopping {
+			d.armListeners(true)
+		}
+	}
+	for _, w := range d.workers {
+		if w.state == workerDead && w.exited && !d.stopping && !now.Before(w.retryAt) {
+			d.startWorker(w, now)
+		}
+	}
+	if now.Before(d.nextPing) {
+		return
+	}
+	d.nextPing = now.Add(pingInterval)
+	for _, w := range d.workers {
+		if w.ch == nil || w.state == workerDead {
+			continue
+		}
+		if now.Sub(w.lastPong) > pingTimeout {
+			d.killWorker(w, "did not answer a ping within 10s")
+			continue
+		}
+		w.pingSeq++
+		d.send(w, &proto.Frame{Body: &proto.Frame_Ping{Ping: &proto.Ping{Seq: w.pingSeq}}}, -1)
+	}
+}
+
+// stop begins the bounded shutdown (SPEC §2 item 9): stop accepting, close
+// every parked connection at once, ask workers to finish and exit.
+func (d *dispatcher) stop(now time.Time) {
+	if d.stopping {
+		return
+	}
+	d.stopping = true
+	d.stopDeadline = now.Add(d.cfg.Limits.ShutdownGrace)
+	d.log.Info("shutting down", "grace", d.cfg.Limits.ShutdownGrace, "at_workers", d.out)
+	d.armListeners(false)
+	for _, l := range d.listeners {
+		unix.Close(l.fd)
+	}
+	d.listeners = nil
+	for _, c := range d.conns {
+		if c.state != stateAtWorker {
+			d.closeConn(c)
+		}
+	}
+	for _, w := range d.workers {
+		if w.ch != nil {
+			w.state = workerDraining
+			d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{}}}, -1)
+		}
+	}
+}
+
+// finished reports whether shutdown is complete; past the grace period it
+// kills what is left and waits only for the kills to be reaped.
+func (d *dispatcher) finished(now time.Time) bool {
+	all := true
+	for _, w := range d.workers {
+		if !w.exited {
+			all = false
+		}
+	}
+	if all {
+		return true
+	}
+	if !now.Before(d.stopDeadline) {
+		for _, w := range d.workers {
+			if !w.exited && w.proc != nil {
+				w.proc.Kill()
+			}
+		}
+		// The kills are reaped within moments; give them a short bound so a
+		// stuck reap cannot hold shutdown forever.
+		if now.Sub(d.stopDeadline) > 5*time.Second {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *dispatcher) teardown() {
+	for _, c := range d.conns {
+		d.closeConn(c)
+	}
+	for _, w := range d.workers {
+		if w.ch != nil {
+			d.del(w.ch.FD())
+			w.ch.Close()
+			w.ch = nil
+		}
+	}
+	d.log.Info("stopped")
+}
+
+// logLimited logs at most once a second per key, so a flood of refusals or
+// bad peers cannot flood the log.
+func (d *dispatcher) logLimited(key, msg string, args ...any) {
+	now := time.Now()
+	if t, ok := d.logLimit[key]; ok && now.Sub(t) < time.Second {
+		return
+	}
+	if len(d.logLimit) > 1024 {
+		clear(d.logLimit)
+	}
+	d.logLimit[key] = now
+	d.log.Warn(msg, args...)
+}
+
+// countOpenFDs counts this process's descriptors, for the reserve arithmetic.
+func countOpenFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 64
+	}
+	return len(ents)
+}

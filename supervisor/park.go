@@ -1,0 +1,142 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// lingerTimeout bounds how long a closed-for-writing connection's input is
+	// discarded before the descriptor is closed (nginx: lingering_timeout).
+	lingerTimeout = 2 * time.Second
+	lingerBuf     = 16 << 10
+	// connInterest parks a connection: one readiness report, then quiet
+	// until re-armed.
+	connInterest = poll.In | poll.OneShot
+)
+
+// connEvent handles readiness of a parked or lingering connection. The
+// registration is one-shot, so it stays quiet until re-armed.
+func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
+	switch c.state {
+	case stateLinger:
+		d.discard(c)
+		return
+	case stateFresh, stateIdle:
+	default:
+		return
+	}
+	if ev.HangUp {
+		// The peer closed or reset. If nothing is left to read, close here
+		// rather than spend a worker round on it.
+		var b [1]byte
+		n, _, err := unix.Recvfrom(c.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if n <= 0 && err != unix.EAGAIN {
+			d.c.peerClosed++
+			d.logLimited("peer-closed", "client closed a connection before a request")
+			d.closeConn(c)
+			return
+		}
+	}
+	d.leavePark(c)
+	d.tryDispatch(c, now)
+}
+
+// leavePark takes a parked connection off its timer list and counters.
+func (d *dispatcher) leavePark(c *conn) {
+	if c.tlist != nil {
+		c.tlist.remove(c)
+	}
+	if c.state == stateIdle {
+		d.idle--
+	}
+}
+
+// discard reads and drops what a lingering connection still sends.
+func (d *dispatcher) discard(c *conn) {
+	for i := 0; i < 4; i++ {
+		n, err := unix.Read(c.fd, d.scratch)
+		if err == unix.EAGAIN {
+			d.arm(c)
+			return
+		}
+		if n <= 0 || err != nil {
+			d.closeConn(c)
+			return
+		}
+	}
+	d.arm(c)
+}
+
+func (d *dispatcher) arm(c *conn) {
+	if err := d.mod(c.fd, kindConn, c.id, connInterest); err != nil {
+		d.logLimited("epoll-mod", "re-arming connection", "error", err)
+		d.closeConn(c)
+		return
+	}
+}
+
+// park holds a kept-alive connection until its next request or its idle
+// timeout. Over keep_alive_max_connections the oldest idle one is closed.
+func (d *dispatcher) park(c *conn, now time.Time) {
+	if d.idle >= d.cfg.Limits.KeepAliveMaxConnections {
+		d.evictIdle("keep_alive_max_connections")
+	}
+	c.state = stateIdle
+	d.idle++
+	c.deadline = now.Add(d.cfg.Limits.KeepAliveIdleTimeout)
+	d.idleTimers.push(c)
+	d.arm(c)
+}
+
+// evictIdle closes the oldest idle kept-alive connection, if any. The
+// Keep-Alive timeout hint is advisory (RFC 9112 §9.3), so this is allowed.
+func (d *dispatcher) evictIdle(why string) bool {
+	c := d.idleTimers.head
+	if c == nil {
+		return false
+	}
+	d.c.idleEvicted++
+	d.logLimited("evict-"+why, "closing oldest idle connection", "reason", why)
+	d.closeConn(c)
+	return true
+}
+
+func (d *dispatcher) linger(c *conn, now time.Time) {
+	c.state = stateLinger
+	c.deadline = now.Add(lingerTimeout)
+	d.lingerTimers.push(c)
+	d.arm(c)
+}
+
+// closeConn forgets a connection and closes the dispatcher's descriptor. It
+// deregisters before closing: a registration outliving its descriptor would
+// be stale for good while a worker still holds a duplicate.
+func (d *dispatcher) closeConn(c *conn) {
+	if c.tlist != nil {
+		c.tlist.remove(c)
+	}
+	if c.qlist != nil {
+		c.qlist.remove(c)
+	}
+	if c.state == stateIdle {
+		d.idle--
+	}
+	if c.worker != nil {
+		d.release(c)
+	}
+	if c.fresh {
+		d.queued--
+	}
+	d.del(c.fd)
+	unix.Close(c.fd)
+	delete(d.conns, c.id)
+	cl := c.client
+	cl.conns--
+	if cl.conns == 0 && cl.out == 0 {
+		delete(d.clients, cl.key)
+	}
+	d.c.closed++
+}

@@ -1,0 +1,147 @@
+package supervisor
+
+import (
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// dispatcher is the loop's state, grouped by concern. Every part is owned by
+// the loop goroutine alone: no mutex guards any of it, and other goroutines
+// reach it only through messages (Supervisor.post). The parts are embedded so
+// each field keeps its short name at its uses.
+type dispatcher struct {
+	s   *Supervisor
+	cfg *config.Config // the live configuration; replaced only by reload
+	log hclog.Logger
+
+	p      *poll.Poller
+	events []poll.Event
+
+	acceptor
+	connTable
+	timers
+	workerSet
+	broker
+
+	nextPing     time.Time
+	stopping     bool
+	stopDeadline time.Time
+	scratch      []byte
+
+	logLimit map[string]time.Time
+	c        counters
+}
+
+// acceptor owns the listening sockets (each descriptor from bind or
+// inheritance until stop or a reload drops it) and the state that paces
+// accepting: whether the listeners are armed, a pause when descriptors run
+// out, and the descriptor budget admission keeps in reserve.
+type acceptor struct {
+	listeners    []listener
+	nextListener uint64
+	acceptPause  time.Time // accepting is paused until then
+	acceptArmed  bool
+
+	fdLimit   int
+	fdReserve int
+	fdBase    int
+}
+
+// connTable owns every client connection the supervisor holds (its record
+// and its descriptor), the per-client records, and the explicit admission
+// counts that the caps and the dispatch bounds are checked against.
+type connTable struct {
+	conns   map[uint64]*conn
+	nextID  uint64
+	clients map[netip.Addr]*client
+
+	out     int      // connections at workers
+	queued  int      // connections that have not finished a first request
+	idle    int      // parked keep-alive connections
+	waiting connList // readable connections waiting for a pool slot, oldest first
+}
+
+// timers owns the per-state deadline lists. Each timeout is uniform for its
+// state, so every list is a FIFO sorted by deadline.
+type timers struct {
+	freshTimers  connList // first byte
+	idleTimers   connList // keep-alive idle
+	waitTimers   connList // no worker
+	lingerTimers connList // discarding input before close
+}
+
+// workerSet owns the worker slots (each slot's process, channel and send
+// queue), the spec new workers are started with, and the dispatch bounds
+// derived from the configuration.
+type workerSet struct {
+	workers  []*workerProc
+	spec     *workerSpec // what new workers are started with
+	nextSlot int
+	pool     int // connections out at workers in total
+	share    int // connections out at workers per client key
+	// logLevel is the level set at run time ("" until then), which new
+	// workers get after Hello.
+	logLevel string
+}
+
+// broker owns what workers ask the supervisor for: the upstream budgets
+// (connections dialing and held, per upstream) and the shared rate limiter.
+type broker struct {
+	upstreams map[string]*upstreamState
+	limiter   *limiter
+}
+
+func newDispatcher(s *Supervisor) (*dispatcher, error) {
+	boot := s.boot
+	s.boot = loopInit{}
+	d := &dispatcher{
+		s:        s,
+		cfg:      boot.cfg,
+		log:      s.log.Named("dispatcher"),
+		p:        s.poller,
+		events:   make([]poll.Event, maxEvents),
+		scratch:  make([]byte, lingerBuf),
+		logLimit: make(map[string]time.Time),
+		acceptor: acceptor{
+			listeners:    boot.listeners,
+			nextListener: uint64(len(boot.listeners)),
+		},
+		connTable: connTable{
+			conns:   make(map[uint64]*conn),
+			clients: make(map[netip.Addr]*client),
+		},
+		workerSet: workerSet{
+			spec:  boot.spec,
+			pool:  boot.cfg.Workers.Pool(),
+			share: boot.cfg.Workers.Share(),
+		},
+		broker: broker{
+			limiter:   newLimiter(boot.cfg.RateLimitEntries),
+			upstreams: make(map[string]*upstreamState),
+		},
+		c: counters{
+			refused:              make(map[string]uint64),
+			workerDeathsBySignal: make(map[syscall.Signal]uint64),
+		},
+	}
+	d.waiting.wait = true
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {
+		d.fdLimit = int(rl.Cur)
+	}
+	// The reserve keeps descriptors for worker channels, pipes, respawns and
+	// the admin socket when clients hold everything else.
+	d.fdReserve = 32 + 4*d.cfg.Workers.Count
+	d.armListeners(true)
+	d.setUpstreams()
+	for i := 0; i < d.cfg.Workers.Count; i++ {
+		d.workers = append(d.workers, d.newWorker())
+	}
+	return d, nil
+}
