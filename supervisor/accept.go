@@ -36,7 +36,7 @@ func (d *dispatcher) armListeners(on bool) {
 }
 
 // accept takes new connections from listener i and admits them before a byte
-// is read (SPEC §2 item 1).
+// is read (docs/DESIGN.md §2.2).
 func (d *dispatcher) accept(id uint64, now time.Time) {
 	i := slices.IndexFunc(d.listeners, func(l listener) bool { return l.id == id })
 	if d.stopping || i < 0 {
@@ -98,7 +98,7 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, now tim
 	if refuse != "" {
 		unix.Close(fd)
 		d.c.refused[refuse]++
-		// The address stays out of the log line (SPEC §2 item 1).
+		// The address stays out of the log line (docs/DESIGN.md §2.2).
 		d.logLimited("refused-"+refuse, "connection refused", "reason", refuse)
 		return
 	}

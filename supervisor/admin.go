@@ -32,7 +32,7 @@ const (
 	// adminMaxConns bounds the admin connections served at once; one over
 	// it gets an error reply and is closed.
 	adminMaxConns = 16
-	// adminSocketMode is the admin socket's file mode (SPEC §6).
+	// adminSocketMode is the admin socket's file mode (docs/DESIGN.md §6.3).
 	adminSocketMode = 0o600
 	// adminDirMode is the mode of the socket's directory when the
 	// supervisor has to create it.

@@ -4,7 +4,7 @@ import "net/netip"
 
 // clientKey reduces a peer address to the key its per-client caps and share
 // are counted under: IPv4 as is, IPv4-mapped IPv6 as the IPv4 address, other
-// IPv6 masked to prefixLen bits (SPEC §2 item 2).
+// IPv6 masked to prefixLen bits (docs/DESIGN.md §2.3).
 func clientKey(addr netip.Addr, prefixLen int) netip.Addr {
 	addr = addr.Unmap().WithZone("")
 	if addr.Is4() {

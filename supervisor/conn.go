@@ -9,12 +9,13 @@ import (
 //
 //	accept ──► fresh ──readable──► (waiting) ──► atWorker ──Done keep-alive──► idle
 //	              │                    │             │  ▲                       │
-//	              │ first-byte         │ no worker   │  └──────readable─────────┘
+//	              │ first-byte         │ no worker:  │  └──────readable─────────┘
 //	              ▼ timeout            ▼ 503         ├──Done close──► closed
-//	            closed               closed          └──Done linger──► linger ──► closed
+//	            closed               linger          └──Done linger──► linger ──► closed
 //
 // A connection whose Done carries input goes straight back to waiting or a
-// worker without parking.
+// worker without parking. docs/DESIGN.md §2.1 draws every transition with
+// its cause.
 type connState uint8
 
 const (

@@ -12,7 +12,7 @@ import (
 )
 
 // frameBatch bounds frames read from one worker per event: one flooding
-// worker cannot delay another (SPEC §4).
+// worker cannot delay another (docs/DESIGN.md §4.2).
 const frameBatch = 64
 
 // workerEvent handles readiness on a worker's channel.

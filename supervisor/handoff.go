@@ -10,7 +10,7 @@ import (
 
 // tryDispatch hands a readable connection to a worker under both bounds: the
 // client's share and the pool. Over either, it waits outside the poller,
-// oldest first, and its no-worker timer runs (SPEC §2 item 4).
+// oldest first, and its no-worker timer runs (docs/DESIGN.md §2.5).
 func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 	cl := c.client
 	if !cl.trusted && cl.out >= d.share {
@@ -112,7 +112,7 @@ func (d *dispatcher) pump(cl *client, now time.Time) {
 	}
 }
 
-// done takes a connection back from a worker (SPEC §2 item 6): the slots are
+// done takes a connection back from a worker (docs/DESIGN.md §2.8): the slots are
 // released first, then it is re-parked, re-dispatched with its carried input,
 // lingered or closed.
 func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {

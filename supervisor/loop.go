@@ -24,7 +24,7 @@ const (
 const maxEvents = 256
 
 // canned503 is written, without blocking, to a readable connection that found
-// no worker for no_worker_timeout (SPEC §2 item 8).
+// no worker for no_worker_timeout (docs/DESIGN.md §2.9).
 var canned503 = []byte("HTTP/1.1 503 Service Unavailable\r\n" +
 	"Content-Type: text/plain; charset=utf-8\r\n" +
 	"Content-Length: 20\r\n" +
@@ -212,7 +212,7 @@ func (d *dispatcher) tick(now time.Time) {
 	}
 }
 
-// stop begins the bounded shutdown (SPEC §2 item 9): stop accepting, close
+// stop begins the bounded shutdown (docs/DESIGN.md §2.11): stop accepting, close
 // every parked connection at once, ask workers to finish and exit.
 func (d *dispatcher) stop(now time.Time) {
 	if d.stopping {

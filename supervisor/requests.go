@@ -14,12 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Requests from workers (SPEC §4). Every request takes a slot of the
+// Requests from workers (docs/DESIGN.md §4.2). Every request takes a slot of the
 // channel's in-flight cap before it is started; over the cap it is answered
 // at once with Overloaded, never queued or dropped. A slot is released
 // before the reply is written, so a worker that keeps at most cap requests
 // outstanding and waits for each reply is never refused
-// (reference/admission-race-analysis.txt, variant B).
+// (the admission race, docs/DESIGN.md §2.6).
 
 // maxForwardedFor bounds the X-Forwarded-For entries the dispatcher walks.
 const maxForwardedFor = 32
@@ -219,7 +219,7 @@ func (d *dispatcher) rateCheck(w *workerProc, id uint64, m *proto.RateCheck, now
 
 // forwardedClient walks X-Forwarded-For from the right past trusted proxies
 // and returns the key of the first other entry if it is a valid IP literal,
-// else the peer's key (reference: trusted-proxy client IP resolution). At
+// else the peer's key (docs/DESIGN.md §4.3). At
 // most maxForwardedFor entries are considered.
 func (d *dispatcher) forwardedClient(values []string, peer netip.Addr) netip.Addr {
 	seen := 0

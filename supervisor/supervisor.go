@@ -1,7 +1,7 @@
 // Package supervisor is gatehouse's privileged process: it owns the listeners,
 // the worker processes and the dispatcher, the one event loop (epoll; kqueue
 // on the BSDs) that holds every connection nobody is serving and hands
-// readable ones to workers (SPEC §2).
+// readable ones to workers (docs/DESIGN.md §2).
 //
 // The supervisor never reads a request. It accepts, admits, parks, dispatches
 // descriptors over each worker's channel and takes them back; everything a
@@ -171,7 +171,7 @@ func (s *Supervisor) Addrs() []netip.AddrPort {
 func (s *Supervisor) Ready() <-chan struct{} { return s.ready }
 
 // Run serves until ctx is cancelled, then shuts down within shutdown_grace
-// (SPEC §2 item 9) and returns. It must be called once.
+// (docs/DESIGN.md §2.11) and returns. It must be called once.
 func (s *Supervisor) Run(ctx context.Context) error {
 	d, err := newDispatcher(s)
 	if err != nil {

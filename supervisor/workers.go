@@ -121,7 +121,7 @@ func (d *dispatcher) killWorker(w *workerProc, reason string) {
 }
 
 // workerGone detaches a worker: its channel is closed, every connection it
-// held is closed and its slots released (SPEC §2 item 7); it is respawned with
+// held is closed and its slots released (docs/DESIGN.md §2.10); it is respawned with
 // backoff once reaped.
 func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 	now := time.Now()
