@@ -62,6 +62,9 @@ var (
 			{Name: "root", Required: true},
 			{Name: "index"},
 			{Name: "listing"},
+			{Name: "default_type"},
+			{Name: "precompressed"},
+			{Name: "max_ranges"},
 		},
 	}
 	respondSchema = &hcl.BodySchema{

@@ -138,6 +138,18 @@ type Static struct {
 	Index string
 	// Listing enables directory listings (default false).
 	Listing bool
+	// DefaultType is the Content-Type of a file whose extension is not in
+	// the built-in table (default "application/octet-stream"); the type is
+	// never guessed from the content.
+	DefaultType string
+	// Precompressed serves a file's "NAME.br" or "NAME.gz" sibling, with
+	// Content-Encoding and Vary: Accept-Encoding, to a client that accepts
+	// that coding (default true).
+	Precompressed bool
+	// MaxRanges caps the ranges of one Range request after overlapping and
+	// nearby ranges are merged: over it the whole file is sent (0..1000,
+	// default 16; 0 turns range requests off).
+	MaxRanges int
 }
 
 // Respond answers every request with a fixed status and body.

@@ -21,7 +21,11 @@ const (
 	DefaultIPCMaxInFlightRequests  = 256
 	DefaultIPv6ClientPrefixLength  = 64
 
-	defaultIndex       = "index.html"
+	defaultIndex = "index.html"
+	// DefaultStaticType is static.default_type's default, as nginx's.
+	DefaultStaticType = "application/octet-stream"
+	// DefaultMaxRanges is static.max_ranges's default.
+	DefaultMaxRanges   = 16
 	defaultStatus      = 200
 	defaultContentType = "text/plain; charset=utf-8"
 )

@@ -104,7 +104,7 @@ func TestDefaults(t *testing.T) {
     root = "www"
   }
 }`)
-	if got, want := *cfg.Routes[1].Static, (Static{Root: "/base/www", Index: "index.html"}); got != want {
+	if got, want := *cfg.Routes[1].Static, (Static{Root: "/base/www", Index: "index.html", DefaultType: "application/octet-stream", Precompressed: true, MaxRanges: 16}); got != want {
 		t.Errorf("static = %+v, want %+v", got, want)
 	}
 }
@@ -140,6 +140,8 @@ func TestRanges(t *testing.T) {
 			func(c *Config) any { return int64(c.IPv6ClientPrefixLength) }},
 		"respond.status": {"listener \"a\" {\n  address = \"[::1]:80\"\n}\nroute \"/\" {\n  respond {\n    status = %s\n  }\n}\n", int64(200), int64(599),
 			func(c *Config) any { return int64(c.Routes[0].Respond.Status) }},
+		"static.max_ranges": {"listener \"a\" {\n  address = \"[::1]:80\"\n}\nroute \"/\" {\n  static {\n    root = \"/\"\n    max_ranges = %s\n  }\n}\n", int64(0), int64(1000),
+			func(c *Config) any { return int64(c.Routes[0].Static.MaxRanges) }},
 	}
 	literal := func(v any) string {
 		if d, ok := v.(time.Duration); ok {
@@ -155,8 +157,11 @@ func TestRanges(t *testing.T) {
 	}
 	for name, k := range keys {
 		line := 2
-		if name == "respond.status" {
+		switch name {
+		case "respond.status":
 			line = 6
+		case "static.max_ranges":
+			line = 7
 		}
 		for _, v := range []any{k.lo, k.hi} {
 			src := fmt.Sprintf(k.src, literal(v))
@@ -411,7 +416,7 @@ route "/api/" {
 `
 	cfg := mustParse(t, src)
 	want := []Route{
-		{Prefix: "/", Static: &Static{Root: "/base/www", Index: "home.html", Listing: true}},
+		{Prefix: "/", Static: &Static{Root: "/base/www", Index: "home.html", Listing: true, DefaultType: "application/octet-stream", Precompressed: true, MaxRanges: 16}},
 		{Prefix: "/healthz", Respond: &Respond{Status: 200, Body: "ok\n", ContentType: "text/plain"}},
 		{Prefix: "/api/", Respond: &Respond{Status: 503, ContentType: "text/plain; charset=utf-8"}},
 	}
@@ -444,6 +449,9 @@ route "/api/" {
 		{"route \"/x\" {\n  static {\n    root = \"\"\n  }\n}\n", `file.hcl:6,12-14: Invalid value; route "/x": static.root must be a directory path`},
 		{"route \"/x\" {\n  static {\n    root = \"/\"\n    index = \"a/b.html\"\n  }\n}\n", `file.hcl:7,13-23: Invalid value; route "/x": static.index must be a file name`},
 		{"route \"/x\" {\n  static {\n    root = \"/\"\n    index = \"..\"\n  }\n}\n", `file.hcl:7,13-17: Invalid value`},
+		{"route \"/x\" {\n  static {\n    root = \"/\"\n    default_type = \"text/html\\r\\nX: y\"\n  }\n}\n", `file.hcl:7,20-39: Invalid value; route "/x": static.default_type must be a media type`},
+		{"route \"/x\" {\n  static {\n    root = \"/\"\n    default_type = \"nonsense\"\n  }\n}\n", `file.hcl:7,20-30: Invalid value; route "/x": static.default_type must be a media type`},
+		{"route \"/x\" {\n  static {\n    root = \"/\"\n    precompressed = \"yes\"\n  }\n}\n", `file.hcl:7,21-26: Incorrect attribute value type; route "/x": static.precompressed must be true or false`},
 		{"route \"/x\" {\n  respond {\n    content_type = \"text/plain\\r\\nX-Evil: 1\"\n  }\n}\n", `file.hcl:6,20-45: Invalid value; route "/x": respond.content_type must be a media type`},
 		{"route \"/x\" {\n  respond {\n    content_type = \"\"\n  }\n}\n", `file.hcl:6,20-22: Invalid value`},
 		{"route \"/x\" {\n  respond {\n    status = 404\n    status = 200\n  }\n}\n", `file.hcl:7,5-11: Attribute redefined`},
@@ -521,7 +529,7 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Listeners = %v, want %v", cfg.Listeners, wantListeners)
 	}
 	wantRoutes := []Route{
-		{Prefix: "/", Static: &Static{Root: filepath.Join(wd, "examples/www"), Index: "index.html"}},
+		{Prefix: "/", Static: &Static{Root: filepath.Join(wd, "examples/www"), Index: "index.html", DefaultType: "application/octet-stream", Precompressed: true, MaxRanges: 16}},
 		{Prefix: "/healthz", Respond: &Respond{Status: 200, Body: "ok\n", ContentType: "text/plain; charset=utf-8"}},
 	}
 	if !reflect.DeepEqual(cfg.Routes, wantRoutes) {

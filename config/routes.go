@@ -67,7 +67,7 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 
 func (d *decoder) static(b *hcl.Block, route, base string, opt ParseOptions) *Static {
 	attrs := d.attrs(b, staticSchema)
-	s := &Static{Index: defaultIndex}
+	s := &Static{Index: defaultIndex, DefaultType: DefaultStaticType, Precompressed: true, MaxRanges: DefaultMaxRanges}
 	ok := true
 	root, rng, found := stringAttr(d, attrs, "root", route+": static.root")
 	switch {
@@ -94,6 +94,17 @@ func (d *decoder) static(b *hcl.Block, route, base string, opt ParseOptions) *St
 		}
 	}
 	boolAttr(d, attrs, "listing", route+": static.listing", &s.Listing)
+	if ct, rng, found := stringAttr(d, attrs, "default_type", route+": static.default_type"); found {
+		// It becomes a header line, so it must not smuggle CR or LF.
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || !strings.Contains(mt, "/") || hasCTL(ct) {
+			d.errorf(rng, "Invalid value", "%s: static.default_type must be a media type such as \"application/octet-stream\", got %q.", route, ct)
+			ok = false
+		} else {
+			s.DefaultType = ct
+		}
+	}
+	boolAttr(d, attrs, "precompressed", route+": static.precompressed", &s.Precompressed)
+	intAttr(d, attrs, "max_ranges", route+": static.max_ranges", 0, 1000, &s.MaxRanges)
 	if !ok {
 		return nil
 	}

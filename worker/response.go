@@ -185,7 +185,9 @@ func (r *response) sendHeader(final bool) {
 		// An HTTP/1.0 client reads to the end of the connection.
 		r.keep = false
 	}
-	if h.Get("Content-Type") == "" && len(r.pending) > 0 {
+	// As net/http's: a handler that set Content-Type to nil wants no
+	// guess (the proxy relays an upstream's missing type as missing).
+	if _, set := h["Content-Type"]; !set && len(r.pending) > 0 {
 		h.Set("Content-Type", http.DetectContentType(r.pending))
 	}
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -1,18 +1,16 @@
 package worker
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/worker/static"
 )
 
 // router picks the route with the longest matching prefix. A prefix matches
@@ -40,7 +38,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if root == nil {
 				return nil, fmt.Errorf("route %q: document root %s was not opened before the sandbox", r.Prefix, r.Static.Root)
 			}
-			h = newStatic(r.Prefix, root, r.Static)
+			h = static.New(r.Prefix, root, r.Static, w.log.Named("static"))
 		case r.Respond != nil:
 			h = newRespond(r.Respond)
 		case r.Proxy != nil:
@@ -48,7 +46,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = w.newProxy(up)
+			h = untypedStaysUntyped(w.newProxy(up))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Embedded != nil:
@@ -99,56 +97,14 @@ func matchPrefix(prefix, p string) bool {
 	return len(p) == len(prefix) || strings.HasSuffix(prefix, "/") || p[len(prefix)] == '/'
 }
 
-// newStatic serves files under root with net/http's FileServer (Range,
-// If-Modified-Since, Last-Modified, Content-Type) with the route prefix
-// stripped. Directories without an index file are 404 unless listing is on.
-func newStatic(prefix string, root *os.Root, cfg *config.Static) http.Handler {
-	fsys := noListing{fs: root.FS(), listing: cfg.Listing, index: cfg.Index}
-	fileServer := http.StripPrefix(strings.TrimSuffix(prefix, "/"), http.FileServer(http.FS(fsys)))
+// untypedStaysUntyped keeps h's responses without a Content-Type when h sets
+// none (a proxied upstream that sent none): the response writer then guesses
+// nothing, as net/http's does for a nil Content-Type.
+func untypedStaysUntyped(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		fileServer.ServeHTTP(w, r)
+		w.Header()["Content-Type"] = nil
+		h.ServeHTTP(w, r)
 	})
-}
-
-// noListing hides directories that have no index file, so FileServer never
-// lists them, and presents a configured index file as index.html, the name
-// FileServer looks for.
-type noListing struct {
-	fs      fs.FS
-	listing bool
-	index   string
-}
-
-func (n noListing) Open(name string) (fs.File, error) {
-	if n.index != "index.html" && path.Base(name) == "index.html" {
-		name = path.Join(path.Dir(name), n.index)
-	}
-	f, err := n.fs.Open(name)
-	if err != nil || n.listing {
-		return f, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if st.IsDir() {
-		idx, err := n.fs.Open(path.Join(name, n.index))
-		if err != nil {
-			f.Close()
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fs.ErrNotExist
-			}
-			return nil, err
-		}
-		idx.Close()
-	}
-	return f, nil
 }
 
 // newRespond answers every request with a fixed status and body, after
