@@ -221,6 +221,8 @@ func TestWrongType(t *testing.T) {
 		{"listener \"a\" {\n  address = 8080\n}\n" + minimal, `file.hcl:2,13-17: Incorrect attribute value type`},
 		{minimal + "route \"/x\" {\n  static {\n    root = \"/\"\n    listing = \"yes\"\n  }\n}\n", `file.hcl:11,15-20: Incorrect attribute value type; route "/x": static.listing must be true or false, got string.`},
 		{minimal + "route \"/x\" {\n  respond {\n    body = 1\n  }\n}\n", `file.hcl:10,12-13: Incorrect attribute value type`},
+		{minimal + "route \"/x\" {\n  respond {\n    status = 204\n    body = \"x\"\n  }\n}\n", `file.hcl:11,12-15: Invalid value; route "/x": respond.status 204 never carries a body; remove respond.body.`},
+		{minimal + "route \"/x\" {\n  respond {\n    status = 304\n    body = \"x\"\n  }\n}\n", `file.hcl:11,12-15: Invalid value; route "/x": respond.status 304 never carries a body`},
 		{"sandbox {\n  mode = true\n}\n" + minimal, `file.hcl:2,10-14: Incorrect attribute value type`},
 	}
 	for _, tt := range tests {

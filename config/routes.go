@@ -133,8 +133,13 @@ func (d *decoder) respond(b *hcl.Block, route string) *Respond {
 	r := &Respond{Status: defaultStatus, ContentType: defaultContentType}
 	ok := true
 	intAttr(d, attrs, "status", route+": respond.status", 200, 599, &r.Status)
-	if body, _, found := stringAttr(d, attrs, "body", route+": respond.body"); found {
+	if body, rng, found := stringAttr(d, attrs, "body", route+": respond.body"); found {
 		r.Body = body
+		if body != "" && (r.Status == 204 || r.Status == 304) {
+			// RFC 9110 §15.3.5, §15.4.5: these responses end at the head.
+			d.errorf(rng, "Invalid value", "%s: respond.status %d never carries a body; remove respond.body.", route, r.Status)
+			ok = false
+		}
 	}
 	if ct, rng, found := stringAttr(d, attrs, "content_type", route+": respond.content_type"); found {
 		// It becomes a header line, so it must not smuggle CR or LF.

@@ -18,9 +18,37 @@ type Upstream struct {
 	// ResponseTimeout bounds the wait for a response head, 1s..3600s,
 	// default 60s; past it the client gets 504.
 	ResponseTimeout time.Duration
-	// MaxConnections caps the connections held to it by all workers,
-	// 1..65535, default 64. Over it a request is refused at once (503).
+	// ReadTimeout bounds each wait for bytes from the upstream (the head's
+	// included), 1s..3600s, default 60s; past it a request still waiting
+	// for its head gets 504 and a response under way is cut off with the
+	// client connection closed.
+	ReadTimeout time.Duration
+	// SendTimeout bounds each write of a request to the upstream, 1s..3600s,
+	// default 60s.
+	SendTimeout time.Duration
+	// MaxConnections caps the connections in use to it by all workers,
+	// 1..65535, default 64. Each worker holds at most its share
+	// (MaxConnections divided among the workers, rounded up); idle pooled
+	// connections are reclaimed when another worker needs the budget. Past
+	// both a request is refused at once (503).
 	MaxConnections int
+	// MaxFails consecutive connect failures or timeouts take an address out
+	// of rotation for FailTimeout (1..100, default 1); after it one request
+	// probes the address (1s..3600s, default 10s).
+	MaxFails    int
+	FailTimeout time.Duration
+	// HealthCheck, when set, has the supervisor probe every address.
+	HealthCheck *HealthCheck
+}
+
+// HealthCheck is an upstream's `health_check` block: the supervisor sends
+// `GET Path` to every address each Interval and takes an address out of
+// rotation while it fails (no answer within Timeout, or a status outside
+// 200..399), back in at its first success.
+type HealthCheck struct {
+	Path     string
+	Interval time.Duration // 1s..3600s, default 10s
+	Timeout  time.Duration // 100ms..60s, default 2s
 }
 
 // Metrics serves the supervisor's metrics in the Prometheus text format to
@@ -38,6 +66,10 @@ type Embedded struct {
 // Proxy forwards a route's requests to an upstream.
 type Proxy struct {
 	Upstream string
+	// RewriteRedirects rewrites Location and Refresh URLs that point at one
+	// of the upstream's own addresses to the client's scheme and host
+	// (default true, as nginx's `proxy_redirect default`).
+	RewriteRedirects bool
 }
 
 // RateLimit is one `rate_limit "NAME"` block: a token bucket per client and
@@ -55,6 +87,12 @@ const (
 	defaultConnectTimeout  = 5 * time.Second
 	defaultResponseTimeout = 60 * time.Second
 	defaultMaxConnections  = 64
+	defaultReadTimeout     = 60 * time.Second
+	defaultSendTimeout     = 60 * time.Second
+	defaultMaxFails        = 1
+	defaultFailTimeout     = 10 * time.Second
+	defaultHealthInterval  = 10 * time.Second
+	defaultHealthTimeout   = 2 * time.Second
 	// DefaultRateLimitEntries bounds the rate limiter's bucket table.
 	DefaultRateLimitEntries = 100000
 )
@@ -62,8 +100,14 @@ const (
 var (
 	upstreamSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 		{Name: "addresses", Required: true}, {Name: "connect_timeout"}, {Name: "response_timeout"}, {Name: "max_connections"},
+		{Name: "read_timeout"}, {Name: "send_timeout"}, {Name: "max_fails"}, {Name: "fail_timeout"},
+	}, Blocks: []hcl.BlockHeaderSchema{{Type: "health_check"}}}
+	healthCheckSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+		{Name: "path", Required: true}, {Name: "interval"}, {Name: "timeout"},
 	}}
-	proxySchema     = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "upstream", Required: true}}}
+	proxySchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+		{Name: "upstream", Required: true}, {Name: "rewrite_redirects"},
+	}}
 	metricsSchema   = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "allow", Required: true}}}
 	embeddedSchema  = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "name", Required: true}}}
 	rateLimitSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
@@ -82,8 +126,14 @@ func (d *decoder) upstream(b *hcl.Block, cfg *Config, seen map[string]hcl.Range)
 		d.errorf(b.LabelRanges[0], "Invalid upstream name", "An upstream name is a token such as \"app\", got %q.", name)
 		return
 	}
-	attrs := d.attrs(b, upstreamSchema)
-	u := Upstream{Name: name, ConnectTimeout: defaultConnectTimeout, ResponseTimeout: defaultResponseTimeout, MaxConnections: defaultMaxConnections}
+	content, diags := b.Body.Content(upstreamSchema)
+	d.add(diags)
+	attrs := content.Attributes
+	u := Upstream{
+		Name: name, ConnectTimeout: defaultConnectTimeout, ResponseTimeout: defaultResponseTimeout,
+		ReadTimeout: defaultReadTimeout, SendTimeout: defaultSendTimeout, MaxConnections: defaultMaxConnections,
+		MaxFails: defaultMaxFails, FailTimeout: defaultFailTimeout,
+	}
 	what := "upstream " + name
 	addrs, rngs := stringListAttr(d, attrs, "addresses", what+": addresses")
 	for i, s := range addrs {
@@ -99,8 +149,34 @@ func (d *decoder) upstream(b *hcl.Block, cfg *Config, seen map[string]hcl.Range)
 	}
 	durationAttr(d, attrs, "connect_timeout", what+": connect_timeout", 100*time.Millisecond, time.Minute, &u.ConnectTimeout)
 	durationAttr(d, attrs, "response_timeout", what+": response_timeout", time.Second, time.Hour, &u.ResponseTimeout)
+	durationAttr(d, attrs, "read_timeout", what+": read_timeout", time.Second, time.Hour, &u.ReadTimeout)
+	durationAttr(d, attrs, "send_timeout", what+": send_timeout", time.Second, time.Hour, &u.SendTimeout)
 	intAttr(d, attrs, "max_connections", what+": max_connections", 1, 65535, &u.MaxConnections)
+	intAttr(d, attrs, "max_fails", what+": max_fails", 1, 100, &u.MaxFails)
+	durationAttr(d, attrs, "fail_timeout", what+": fail_timeout", time.Second, time.Hour, &u.FailTimeout)
+	if blocks := content.Blocks.OfType("health_check"); len(blocks) > 0 {
+		if len(blocks) > 1 {
+			d.errorf(blocks[1].DefRange, "Duplicate health_check", "%s already has a health_check block at %s.", what, blocks[0].DefRange)
+		}
+		u.HealthCheck = d.healthCheck(blocks[0], what)
+	}
 	cfg.Upstreams = append(cfg.Upstreams, u)
+}
+
+func (d *decoder) healthCheck(b *hcl.Block, what string) *HealthCheck {
+	attrs := d.attrs(b, healthCheckSchema)
+	hc := &HealthCheck{Interval: defaultHealthInterval, Timeout: defaultHealthTimeout}
+	path, rng, ok := stringAttr(d, attrs, "path", what+": health_check.path")
+	if ok {
+		// It becomes a request line: an origin-form path only.
+		if !strings.HasPrefix(path, "/") || hasCTL(path) || strings.ContainsAny(path, " #") {
+			d.errorf(rng, "Invalid value", "%s: health_check.path must be a URL path starting with \"/\", got %q.", what, path)
+		}
+		hc.Path = path
+	}
+	durationAttr(d, attrs, "interval", what+": health_check.interval", time.Second, time.Hour, &hc.Interval)
+	durationAttr(d, attrs, "timeout", what+": health_check.timeout", 100*time.Millisecond, time.Minute, &hc.Timeout)
+	return hc
 }
 
 func (d *decoder) proxy(b *hcl.Block, route string) *Proxy {
@@ -110,7 +186,9 @@ func (d *decoder) proxy(b *hcl.Block, route string) *Proxy {
 		return nil
 	}
 	d.proxies = append(d.proxies, proxyRef{name: name, rng: attrs["upstream"].Expr.Range(), route: route})
-	return &Proxy{Upstream: name}
+	p := &Proxy{Upstream: name, RewriteRedirects: true}
+	boolAttr(d, attrs, "rewrite_redirects", route+": proxy.rewrite_redirects", &p.RewriteRedirects)
+	return p
 }
 
 // proxyRef is a proxy route's upstream name, checked once every upstream

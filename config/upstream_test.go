@@ -28,6 +28,14 @@ upstream "app" {
   connect_timeout  = "250ms"
   response_timeout = "2m"
   max_connections  = 7
+  read_timeout     = "3s"
+  send_timeout     = "4s"
+  max_fails        = 2
+  fail_timeout     = "30s"
+  health_check {
+    path     = "/healthz?deep=1"
+    interval = "5s"
+  }
 }
 upstream "other" {
   addresses = ["192.0.2.1:80"]
@@ -35,16 +43,27 @@ upstream "other" {
 `)
 	want := []Upstream{
 		{Name: "app", Addresses: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9000"), netip.MustParseAddrPort("[::1]:9001")},
-			ConnectTimeout: 250 * time.Millisecond, ResponseTimeout: 2 * time.Minute, MaxConnections: 7},
+			ConnectTimeout: 250 * time.Millisecond, ResponseTimeout: 2 * time.Minute, ReadTimeout: 3 * time.Second,
+			SendTimeout: 4 * time.Second, MaxConnections: 7, MaxFails: 2, FailTimeout: 30 * time.Second,
+			HealthCheck: &HealthCheck{Path: "/healthz?deep=1", Interval: 5 * time.Second, Timeout: 2 * time.Second}},
 		// The defaults.
 		{Name: "other", Addresses: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:80")},
-			ConnectTimeout: 5 * time.Second, ResponseTimeout: 60 * time.Second, MaxConnections: 64},
+			ConnectTimeout: 5 * time.Second, ResponseTimeout: 60 * time.Second, ReadTimeout: 60 * time.Second,
+			SendTimeout: 60 * time.Second, MaxConnections: 64, MaxFails: 1, FailTimeout: 10 * time.Second},
 	}
 	if !reflect.DeepEqual(cfg.Upstreams, want) {
 		t.Errorf("Upstreams = %+v, want %+v", cfg.Upstreams, want)
 	}
-	if p := cfg.Routes[0].Proxy; p == nil || p.Upstream != "app" {
-		t.Errorf("route proxy = %+v, want upstream app", p)
+	if p := cfg.Routes[0].Proxy; p == nil || p.Upstream != "app" || !p.RewriteRedirects {
+		t.Errorf("route proxy = %+v, want upstream app, redirects rewritten", p)
+	}
+	off := mustParse(t, strings.Replace(upstreamBase, `upstream = "app"`, "upstream = \"app\"\n    rewrite_redirects = false", 1)+`
+upstream "app" {
+  addresses = ["127.0.0.1:9000"]
+}
+`)
+	if p := off.Routes[0].Proxy; p.RewriteRedirects {
+		t.Errorf("rewrite_redirects = false: %+v", p)
 	}
 	if u := cfg.Upstream("other"); u == nil || u.Name != "other" {
 		t.Errorf("Upstream(other) = %v", u)
@@ -149,6 +168,31 @@ upstream "app" {
   connect_timeout = "soon"
 }
 `, []string{"file.hcl:13,", "Invalid duration"}},
+		{"health_check without path", upstreamBase + `
+upstream "app" {
+  addresses = ["127.0.0.1:9000"]
+  health_check {}
+}
+`, []string{"file.hcl:13,", `"path" is required`}},
+		{"health_check path not a path", upstreamBase + `
+upstream "app" {
+  addresses = ["127.0.0.1:9000"]
+  health_check {
+    path = "http://x/"
+  }
+}
+`, []string{"file.hcl:14,", "health_check.path must be a URL path"}},
+		{"two health_check blocks", upstreamBase + `
+upstream "app" {
+  addresses = ["127.0.0.1:9000"]
+  health_check {
+    path = "/a"
+  }
+  health_check {
+    path = "/b"
+  }
+}
+`, []string{"file.hcl:16,", "Duplicate health_check"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,6 +212,10 @@ func TestUpstreamRanges(t *testing.T) {
 		{"connect_timeout", `"100ms"`, `"1m"`, `"99ms"`, `"1m0.001s"`},
 		{"response_timeout", `"1s"`, `"1h"`, `"999ms"`, `"1h0m1s"`},
 		{"max_connections", "1", "65535", "0", "65536"},
+		{"read_timeout", `"1s"`, `"1h"`, `"999ms"`, `"1h0m1s"`},
+		{"send_timeout", `"1s"`, `"1h"`, `"999ms"`, `"1h0m1s"`},
+		{"max_fails", "1", "100", "0", "101"},
+		{"fail_timeout", `"1s"`, `"1h"`, `"999ms"`, `"1h0m1s"`},
 	}
 	src := func(key, v string) string {
 		return upstreamBase + "upstream \"app\" {\n  addresses = [\"127.0.0.1:9000\"]\n  " + key + " = " + v + "\n}\n"

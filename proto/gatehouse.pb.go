@@ -168,6 +168,8 @@ type Frame struct {
 	//	*Frame_Overloaded
 	//	*Frame_UpstreamRelease
 	//	*Frame_LogLevel
+	//	*Frame_Reclaim
+	//	*Frame_Reclaimed
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -361,6 +363,24 @@ func (x *Frame) GetLogLevel() *LogLevel {
 	return nil
 }
 
+func (x *Frame) GetReclaim() *Reclaim {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_Reclaim); ok {
+			return x.Reclaim
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetReclaimed() *Reclaimed {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_Reclaimed); ok {
+			return x.Reclaimed
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -434,6 +454,15 @@ type Frame_LogLevel struct {
 	LogLevel *LogLevel `protobuf:"bytes,17,opt,name=log_level,json=logLevel,proto3,oneof"`
 }
 
+type Frame_Reclaim struct {
+	Reclaim *Reclaim `protobuf:"bytes,18,opt,name=reclaim,proto3,oneof"`
+}
+
+type Frame_Reclaimed struct {
+	// Worker notices (no reply).
+	Reclaimed *Reclaimed `protobuf:"bytes,19,opt,name=reclaimed,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -465,6 +494,10 @@ func (*Frame_Overloaded) isFrame_Body() {}
 func (*Frame_UpstreamRelease) isFrame_Body() {}
 
 func (*Frame_LogLevel) isFrame_Body() {}
+
+func (*Frame_Reclaim) isFrame_Body() {}
+
+func (*Frame_Reclaimed) isFrame_Body() {}
 
 // Dial asks the supervisor for a connection to a configured upstream. A
 // worker names an upstream, never a host or a port.
@@ -522,7 +555,10 @@ type DialReply struct {
 	Refused bool   `protobuf:"varint,2,opt,name=refused,proto3" json:"refused,omitempty"`
 	Error   string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// timed_out is true when the dial hit connect_timeout.
-	TimedOut      bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	TimedOut bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// conn names the connection for its UpstreamRelease. The supervisor keeps
+	// its own copy of the socket until then.
+	Conn          uint64 `protobuf:"varint,5,opt,name=conn,proto3" json:"conn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,11 +621,21 @@ func (x *DialReply) GetTimedOut() bool {
 	return false
 }
 
+func (x *DialReply) GetConn() uint64 {
+	if x != nil {
+		return x.Conn
+	}
+	return 0
+}
+
 // UpstreamRelease tells the supervisor that the worker closed one upstream
-// connection it was given, so that max_connections counts what is held.
+// connection it was given. The supervisor shuts its own copy down before it
+// counts the connection free, so a copy the worker kept is dead.
 type UpstreamRelease struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Upstream      string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Upstream string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// conn is the DialReply's conn.
+	Conn          uint64 `protobuf:"varint,2,opt,name=conn,proto3" json:"conn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +677,106 @@ func (x *UpstreamRelease) GetUpstream() string {
 	return ""
 }
 
+func (x *UpstreamRelease) GetConn() uint64 {
+	if x != nil {
+		return x.Conn
+	}
+	return 0
+}
+
+// Reclaim asks a worker to close the idle connections it keeps pooled to an
+// upstream: another worker needs the upstream's budget. The worker answers
+// with Reclaimed after the releases of the connections it closed.
+type Reclaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Upstream      string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reclaim) Reset() {
+	*x = Reclaim{}
+	mi := &file_gatehouse_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reclaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reclaim) ProtoMessage() {}
+
+func (x *Reclaim) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reclaim.ProtoReflect.Descriptor instead.
+func (*Reclaim) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Reclaim) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+// Reclaimed follows the releases a Reclaim caused (none when the worker had
+// no idle connection to the upstream).
+type Reclaimed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Upstream      string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reclaimed) Reset() {
+	*x = Reclaimed{}
+	mi := &file_gatehouse_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reclaimed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reclaimed) ProtoMessage() {}
+
+func (x *Reclaimed) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reclaimed.ProtoReflect.Descriptor instead.
+func (*Reclaimed) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Reclaimed) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
 // RateCheck charges one request on a connection the worker holds to a rate
 // limit class. The supervisor charges the client it recorded for the
 // connection; forwarded_for (the raw X-Forwarded-For values, rightmost last)
@@ -646,7 +792,7 @@ type RateCheck struct {
 
 func (x *RateCheck) Reset() {
 	*x = RateCheck{}
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +804,7 @@ func (x *RateCheck) String() string {
 func (*RateCheck) ProtoMessage() {}
 
 func (x *RateCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +817,7 @@ func (x *RateCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateCheck.ProtoReflect.Descriptor instead.
 func (*RateCheck) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+	return file_gatehouse_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RateCheck) GetConnId() uint64 {
@@ -707,7 +853,7 @@ type RateReply struct {
 
 func (x *RateReply) Reset() {
 	*x = RateReply{}
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +865,7 @@ func (x *RateReply) String() string {
 func (*RateReply) ProtoMessage() {}
 
 func (x *RateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +878,7 @@ func (x *RateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateReply.ProtoReflect.Descriptor instead.
 func (*RateReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{5}
+	return file_gatehouse_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RateReply) GetAllowed() bool {
@@ -758,7 +904,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +916,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +929,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+	return file_gatehouse_proto_rawDescGZIP(), []int{8}
 }
 
 // StatsReply carries the metrics in the Prometheus text format.
@@ -796,7 +942,7 @@ type StatsReply struct {
 
 func (x *StatsReply) Reset() {
 	*x = StatsReply{}
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +954,7 @@ func (x *StatsReply) String() string {
 func (*StatsReply) ProtoMessage() {}
 
 func (x *StatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +967,7 @@ func (x *StatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReply.ProtoReflect.Descriptor instead.
 func (*StatsReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{7}
+	return file_gatehouse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatsReply) GetText() []byte {
@@ -842,7 +988,7 @@ type Overloaded struct {
 
 func (x *Overloaded) Reset() {
 	*x = Overloaded{}
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1000,7 @@ func (x *Overloaded) String() string {
 func (*Overloaded) ProtoMessage() {}
 
 func (x *Overloaded) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1013,7 @@ func (x *Overloaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Overloaded.ProtoReflect.Descriptor instead.
 func (*Overloaded) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{8}
+	return file_gatehouse_proto_rawDescGZIP(), []int{10}
 }
 
 // LogLevel sets the worker's log level.
@@ -880,7 +1026,7 @@ type LogLevel struct {
 
 func (x *LogLevel) Reset() {
 	*x = LogLevel{}
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1038,7 @@ func (x *LogLevel) String() string {
 func (*LogLevel) ProtoMessage() {}
 
 func (x *LogLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1051,7 @@ func (x *LogLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLevel.ProtoReflect.Descriptor instead.
 func (*LogLevel) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{9}
+	return file_gatehouse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogLevel) GetLevel() string {
@@ -931,7 +1077,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1089,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1102,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{10}
+	return file_gatehouse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Hello) GetWorkerId() uint32 {
@@ -1006,7 +1152,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1164,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1177,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{11}
+	return file_gatehouse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -1066,7 +1212,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1224,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1237,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{12}
+	return file_gatehouse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -1130,7 +1276,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1288,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1301,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{13}
+	return file_gatehouse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -1235,7 +1381,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1393,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1406,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{14}
+	return file_gatehouse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -1324,7 +1470,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1482,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1495,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{15}
+	return file_gatehouse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Response) GetStatus() uint32 {
@@ -1375,7 +1521,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1533,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1546,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{16}
+	return file_gatehouse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -1420,7 +1566,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1578,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1591,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{17}
+	return file_gatehouse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -1471,7 +1617,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1629,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,14 +1642,14 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{18}
+	return file_gatehouse_proto_rawDescGZIP(), []int{20}
 }
 
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xf1\x06\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xdd\a\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -1528,16 +1674,24 @@ const file_gatehouse_proto_rawDesc = "" +
 	"overloaded\x18\x0f \x01(\v2\x18.gatehouse.v1.OverloadedH\x00R\n" +
 	"overloaded\x12J\n" +
 	"\x10upstream_release\x18\x10 \x01(\v2\x1d.gatehouse.v1.UpstreamReleaseH\x00R\x0fupstreamRelease\x125\n" +
-	"\tlog_level\x18\x11 \x01(\v2\x16.gatehouse.v1.LogLevelH\x00R\blogLevelB\x06\n" +
+	"\tlog_level\x18\x11 \x01(\v2\x16.gatehouse.v1.LogLevelH\x00R\blogLevel\x121\n" +
+	"\areclaim\x18\x12 \x01(\v2\x15.gatehouse.v1.ReclaimH\x00R\areclaim\x127\n" +
+	"\treclaimed\x18\x13 \x01(\v2\x17.gatehouse.v1.ReclaimedH\x00R\treclaimedB\x06\n" +
 	"\x04body\"\"\n" +
 	"\x04Dial\x12\x1a\n" +
-	"\bupstream\x18\x01 \x01(\tR\bupstream\"h\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\"|\n" +
 	"\tDialReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
 	"\arefused\x18\x02 \x01(\bR\arefused\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1b\n" +
-	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\"-\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\x12\x12\n" +
+	"\x04conn\x18\x05 \x01(\x04R\x04conn\"A\n" +
 	"\x0fUpstreamRelease\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x12\n" +
+	"\x04conn\x18\x02 \x01(\x04R\x04conn\"%\n" +
+	"\aReclaim\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\"'\n" +
+	"\tReclaimed\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\"_\n" +
 	"\tRateCheck\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x14\n" +
@@ -1623,7 +1777,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Outcome)(0),            // 1: gatehouse.v1.Outcome
@@ -1631,48 +1785,52 @@ var file_gatehouse_proto_goTypes = []any{
 	(*Dial)(nil),            // 3: gatehouse.v1.Dial
 	(*DialReply)(nil),       // 4: gatehouse.v1.DialReply
 	(*UpstreamRelease)(nil), // 5: gatehouse.v1.UpstreamRelease
-	(*RateCheck)(nil),       // 6: gatehouse.v1.RateCheck
-	(*RateReply)(nil),       // 7: gatehouse.v1.RateReply
-	(*StatsRequest)(nil),    // 8: gatehouse.v1.StatsRequest
-	(*StatsReply)(nil),      // 9: gatehouse.v1.StatsReply
-	(*Overloaded)(nil),      // 10: gatehouse.v1.Overloaded
-	(*LogLevel)(nil),        // 11: gatehouse.v1.LogLevel
-	(*Hello)(nil),           // 12: gatehouse.v1.Hello
-	(*SandboxLayer)(nil),    // 13: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 14: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 15: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 16: gatehouse.v1.Done
-	(*Response)(nil),        // 17: gatehouse.v1.Response
-	(*Ping)(nil),            // 18: gatehouse.v1.Ping
-	(*Pong)(nil),            // 19: gatehouse.v1.Pong
-	(*Drain)(nil),           // 20: gatehouse.v1.Drain
+	(*Reclaim)(nil),         // 6: gatehouse.v1.Reclaim
+	(*Reclaimed)(nil),       // 7: gatehouse.v1.Reclaimed
+	(*RateCheck)(nil),       // 8: gatehouse.v1.RateCheck
+	(*RateReply)(nil),       // 9: gatehouse.v1.RateReply
+	(*StatsRequest)(nil),    // 10: gatehouse.v1.StatsRequest
+	(*StatsReply)(nil),      // 11: gatehouse.v1.StatsReply
+	(*Overloaded)(nil),      // 12: gatehouse.v1.Overloaded
+	(*LogLevel)(nil),        // 13: gatehouse.v1.LogLevel
+	(*Hello)(nil),           // 14: gatehouse.v1.Hello
+	(*SandboxLayer)(nil),    // 15: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 16: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 17: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 18: gatehouse.v1.Done
+	(*Response)(nil),        // 19: gatehouse.v1.Response
+	(*Ping)(nil),            // 20: gatehouse.v1.Ping
+	(*Pong)(nil),            // 21: gatehouse.v1.Pong
+	(*Drain)(nil),           // 22: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	12, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	14, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	15, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	16, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	18, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	19, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	20, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	14, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	16, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	17, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	18, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	20, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	21, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	22, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
 	3,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
-	6,  // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
-	8,  // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
+	8,  // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
+	10, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
 	4,  // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
-	7,  // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
-	9,  // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
-	10, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
+	9,  // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
+	11, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
+	12, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
 	5,  // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
-	11, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
-	13, // 16: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 17: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	1,  // 18: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	17, // 19: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	13, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
+	6,  // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
+	7,  // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
+	15, // 18: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 19: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	1,  // 20: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	19, // 21: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -1697,6 +1855,8 @@ func file_gatehouse_proto_init() {
 		(*Frame_Overloaded)(nil),
 		(*Frame_UpstreamRelease)(nil),
 		(*Frame_LogLevel)(nil),
+		(*Frame_Reclaim)(nil),
+		(*Frame_Reclaimed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1704,7 +1864,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

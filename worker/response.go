@@ -29,6 +29,7 @@ type response struct {
 	headerSent  bool // the header is in the write buffer
 	pending     []byte
 	chunked     bool
+	trailers    bool  // the chunked body ends with the handler's trailer fields
 	declared    int64 // Content-Length sent, or -1
 	written     int64 // body bytes accepted from the handler
 	err         error // sticky write error
@@ -128,7 +129,11 @@ func (r *response) finish() error {
 		r.sendHeader(true)
 	}
 	if r.chunked && r.err == nil {
-		_, r.err = r.cs.bw.WriteString("0\r\n\r\n")
+		r.cs.bw.WriteString("0\r\n")
+		if r.trailers {
+			r.writeTrailers()
+		}
+		_, r.err = r.cs.bw.WriteString("\r\n")
 	}
 	if r.err == nil {
 		r.err = r.cs.bw.Flush()
@@ -170,20 +175,35 @@ func (r *response) sendHeader(final bool) {
 		}
 	}
 	switch {
-	case !r.bodyAllowed() && r.req.Method != http.MethodHead:
-		h.Del("Content-Length")
+	case r.status == http.StatusNoContent || r.status == http.StatusNotModified:
+		// These end at the head whatever is declared (RFC 9112 §6.3): a
+		// 304's Content-Length describes the selected representation and
+		// is kept; a 204 must not send one (RFC 9110 §8.6).
+		if r.status == http.StatusNoContent {
+			h.Del("Content-Length")
+		}
+		h.Del("Trailer")
+		r.declared = -1
 	case r.declared >= 0:
 	case final:
 		if r.req.Method != http.MethodHead || r.written > 0 {
 			r.declared = r.written
 			h.Set("Content-Length", strconv.FormatInt(r.written, 10))
 		}
+	case r.req.Method == http.MethodHead:
+		// The length is unknown and no body follows: nothing to frame.
 	case r.req.ProtoMajor == 1 && r.req.ProtoMinor >= 1:
 		r.chunked = true
 		h.Set("Transfer-Encoding", "chunked")
 	default:
 		// An HTTP/1.0 client reads to the end of the connection.
 		r.keep = false
+	}
+	r.trailers = r.chunked && clientAcceptsTrailers(r.req)
+	if !r.trailers {
+		// Trailers are sent only in a chunked body to a client that asked
+		// for them; otherwise they are dropped, and not announced.
+		h.Del("Trailer")
 	}
 	// As net/http's: a handler that set Content-Type to nil wants no
 	// guess (the proxy relays an upstream's missing type as missing).
@@ -223,6 +243,9 @@ func writeHead(cs *connServer, status int, h http.Header) {
 	bw.WriteString(text)
 	bw.WriteString("\r\n")
 	for name, values := range h {
+		if strings.HasPrefix(name, http.TrailerPrefix) {
+			continue // a trailer, sent after the body or not at all
+		}
 		if !httphead.ValidFieldName(name) {
 			cs.w.log.Warn("dropping response header with an invalid name", "name", strconv.Quote(name))
 			continue

@@ -63,6 +63,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	// the extra dup and close net.FileConn would cost on every round.
 	nc := os.NewFile(uintptr(fd), "conn")
 	cs := newConnServer(w, nc, d)
+	cs.fd = fd
 	disp, carried, requests = cs.serve()
 	outcome, responses = cs.outcome, cs.responses
 	cs.release()
@@ -105,6 +106,10 @@ type connServer struct {
 	in         *deadlineReader
 	br         *bufio.Reader
 	bw         *bufio.Writer
+
+	fd        int    // the connection's descriptor, or -1; owned by nc
+	port      string // the local port, once asked
+	portAsked bool
 }
 
 // clientConn is a client connection with deadlines: an *os.File over the
@@ -123,6 +128,7 @@ func newConnServer(w *Worker, nc clientConn, d *proto.Dispatch) *connServer {
 		accepted: time.Unix(0, d.GetAcceptedUnixNano()),
 		requests: d.GetRequests(),
 		carried:  bytes.NewReader(d.GetCarried()),
+		fd:       -1,
 	}
 	cs.in = &deadlineReader{nc: nc}
 	cs.br = readerPool.Get().(*bufio.Reader)
@@ -211,7 +217,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		time.Since(cs.accepted) < maxConnAge &&
 		!cs.w.draining.Load()
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), connKey{}, cs))
 	defer cancel()
 	req := &http.Request{
 		Method:        head.Method,
@@ -305,6 +311,21 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		return false, proto.Disposition_LINGER
 	}
 	return true, proto.Disposition_KEEP_ALIVE
+}
+
+// localPort returns the port the connection was accepted on ("" if unknown),
+// asking the kernel once per dispatch and only when a handler needs it.
+func (cs *connServer) localPort() string {
+	if !cs.portAsked && cs.fd >= 0 {
+		cs.portAsked = true
+		switch sa, _ := unix.Getsockname(cs.fd); a := sa.(type) {
+		case *unix.SockaddrInet4:
+			cs.port = strconv.Itoa(a.Port)
+		case *unix.SockaddrInet6:
+			cs.port = strconv.Itoa(a.Port)
+		}
+	}
+	return cs.port
 }
 
 // authorizedUpload reports whether r may send a body up to rt.maxUpload: its

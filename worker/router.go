@@ -46,7 +46,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up))
+			h = untypedStaysUntyped(w.newProxy(up, r.Proxy))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Embedded != nil:

@@ -33,8 +33,9 @@ type Worker struct {
 	opts  Options // immutable
 	calls caller
 
-	cfg    *config.Config // set once by Hello
-	router *router        // set once by Hello
+	cfg    *config.Config           // set once by Hello
+	router *router                  // set once by Hello
+	pools  map[string]*upstreamPool // by upstream name; set once by Hello
 	id     uint32
 	conc   int
 
@@ -149,6 +150,8 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			go w.ch.Send(pong, -1)
 		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded:
 			w.calls.deliver(reply{f: f, fd: fd})
+		case *proto.Frame_Reclaim:
+			go w.reclaim(b.Reclaim.GetUpstream())
 		case *proto.Frame_LogLevel:
 			w.log.SetLevel(hclog.LevelFromString(b.LogLevel.GetLevel()))
 		case *proto.Frame_Drain:

@@ -25,8 +25,8 @@ import (
 // and python3's http.server (docs/DESIGN.md §3.6, §4.3; issue 4).
 
 // echoUpstream is a Go net/http server that answers every request with the
-// request's body, and the request's method, path, Host, X-Forwarded-For and
-// X-Forwarded-Proto in X-Echo-* headers. It counts the connections it
+// request's body, and the request's method, path, Host and forwarded
+// fields in X-Echo-* headers. It counts the connections it
 // accepted.
 type echoUpstream struct {
 	addr  string
@@ -53,6 +53,9 @@ func startEchoUpstream(tb testing.TB) *echoUpstream {
 			h.Set("X-Echo-Host", r.Host)
 			h.Set("X-Echo-Forwarded-For", strings.Join(r.Header.Values("X-Forwarded-For"), " | "))
 			h.Set("X-Echo-Forwarded-Proto", r.Header.Get("X-Forwarded-Proto"))
+			h.Set("X-Echo-Forwarded-Host", r.Header.Get("X-Forwarded-Host"))
+			h.Set("X-Echo-Forwarded-Port", r.Header.Get("X-Forwarded-Port"))
+			h.Set("X-Echo-Forwarded", strings.Join(r.Header.Values("Forwarded"), " | "))
 			h.Set("X-Echo-Transfer-Encoding", strings.Join(r.TransferEncoding, ","))
 			h.Set("Content-Type", "application/octet-stream")
 			rw.Write(body)
@@ -368,8 +371,14 @@ func TestProxy(t *testing.T) {
 			if got := resp.Header.Get("X-Echo-Forwarded-For"); got != tt.want {
 				t.Errorf("from %s with %q: upstream saw X-Forwarded-For %q, want %q", tt.src, tt.sent, got, tt.want)
 			}
-			if got := resp.Header.Get("X-Echo-Forwarded-Proto"); got != "http" {
-				t.Errorf("from %s: upstream saw X-Forwarded-Proto %q, want the supervisor's %q", tt.src, got, "http")
+			// A trusted front's scheme reaches the upstream; an
+			// untrusted client's does not.
+			wantProto := "http"
+			if tt.src == "127.0.0.5" {
+				wantProto = "https"
+			}
+			if got := resp.Header.Get("X-Echo-Forwarded-Proto"); got != wantProto {
+				t.Errorf("from %s: upstream saw X-Forwarded-Proto %q, want %q", tt.src, got, wantProto)
 			}
 		}
 	})
