@@ -161,6 +161,7 @@ func (d *dispatcher) reloadListeners(added []listener) {
 type workerView struct {
 	Routes      []config.Route
 	Concurrency int
+	MaxInFlight int // the worker bounds its requests by the cap it was given
 	Rounds      int64
 	Body        int64
 	Write       time.Duration
@@ -174,7 +175,7 @@ type workerView struct {
 
 func viewOf(c *config.Config) workerView {
 	return workerView{
-		Routes: c.Routes, Concurrency: c.Workers.Concurrency, Rounds: c.Workers.MaxRoundsPerWorker,
+		Routes: c.Routes, Concurrency: c.Workers.Concurrency, MaxInFlight: c.Limits.IPCMaxInFlightRequests, Rounds: c.Workers.MaxRoundsPerWorker,
 		Body: c.Limits.MaxBodyBytes, Write: c.Limits.WriteTimeout, Idle: c.Limits.KeepAliveIdleTimeout,
 		Sandbox: c.Sandbox, User: c.User, CORS: c.CORS, Log: c.Log, BaseDir: c.BaseDir,
 	}

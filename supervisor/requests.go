@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/sys/unix"
 )
@@ -66,7 +67,7 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 		d.killWorker(w, err)
 		return false
 	}
-	if w.inFlight >= d.cfg.Limits.IPCMaxInFlightRequests {
+	if w.slots.TryAcquire() == ipc.ErrChannelFull {
 		d.c.ipcOverloaded++
 		d.send(w, &proto.Frame{Id: f.GetId(), Body: &proto.Frame_Overloaded{Overloaded: &proto.Overloaded{}}}, -1)
 		return true
@@ -77,6 +78,7 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 	case *proto.Frame_RateCheck:
 		return d.rateCheck(w, f.GetId(), b.RateCheck, now)
 	case *proto.Frame_StatsRequest:
+		w.slots.Release()
 		var buf bytes.Buffer
 		if err := d.snapshot(now).WritePrometheus(&buf); err != nil {
 			d.log.Error("rendering metrics", "error", err)
@@ -118,11 +120,11 @@ const statsMax = 60 << 10
 func (d *dispatcher) dial(w *workerProc, id uint64, name string) bool {
 	u := d.upstreams[name]
 	if u.held+u.dialing >= u.cfg.MaxConnections {
+		w.slots.Release()
 		d.c.upstreamRefused++
 		d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_DialReply{DialReply: &proto.DialReply{Refused: true, Error: "upstream at max_connections"}}}, -1)
 		return true
 	}
-	w.inFlight++
 	u.dialing++
 	addr := u.cfg.Addresses[u.next%len(u.cfg.Addresses)]
 	u.next++
@@ -169,7 +171,7 @@ func (d *dispatcher) dialed(r dialResult) {
 		}
 		return
 	}
-	w.inFlight--
+	w.slots.Release()
 	if r.err != nil {
 		d.c.upstreamErrors++
 		var ne net.Error
@@ -213,6 +215,7 @@ func (d *dispatcher) rateCheck(w *workerProc, id uint64, m *proto.RateCheck, now
 	if !ok {
 		d.c.rateLimited++
 	}
+	w.slots.Release()
 	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_RateReply{RateReply: &proto.RateReply{Allowed: ok, RetryAfterMs: uint64(wait.Milliseconds())}}}, -1)
 	return true
 }

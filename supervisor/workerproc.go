@@ -66,9 +66,9 @@ type workerProc struct {
 	pingSeq       uint64
 	layers        []*proto.SandboxLayer
 
-	// inFlight counts the process's requests started and not yet answered,
-	// under ipc_max_in_flight_requests.
-	inFlight int
+	// slots caps the process's requests started and not yet answered
+	// (ipc_max_in_flight_requests); a new one per process.
+	slots *ipc.InFlight
 	// held counts the upstream connections given to the process, by
 	// upstream, until it releases them or dies.
 	held map[string]int

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 )
@@ -34,7 +35,7 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.started = now
 	w.servedAtStart = w.served
 	w.rounds = 0
-	w.inFlight = 0
+	w.slots = ipc.NewInFlight(w.spec.cfg.Limits.IPCMaxInFlightRequests)
 	go d.s.spawnWorker(w.slot, w.gen, w.spec)
 }
 

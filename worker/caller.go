@@ -13,21 +13,27 @@ import (
 // in-flight cap; the client gets 503 with Retry-After.
 var errOverloaded = errors.New("worker: supervisor overloaded")
 
-// caller sends requests to the supervisor and routes replies by id.
+// caller sends requests to the supervisor and routes replies by id. It
+// never has more requests outstanding than the channel's in-flight cap: a
+// request waits for a slot, and its slot is free again only once its reply
+// is in (also when the caller gave up on it earlier), so the supervisor,
+// which releases its slot before it writes the reply, never refuses one.
 type caller struct {
-	ch *ipc.Stream
+	ch    *ipc.Stream
+	slots *ipc.InFlight // set from Hello, before any request
 
 	mu      sync.Mutex // guards next and pending
 	next    uint64
-	pending map[uint64]pendingCall
+	pending map[uint64]*pendingCall
 }
 
 // pendingCall is a request waiting for its reply. orphan cleans up a reply
 // that arrives after the caller gave up (a descriptor to close, an upstream
 // to release).
 type pendingCall struct {
-	done   chan reply
-	orphan func(reply)
+	done      chan reply
+	orphan    func(reply)
+	abandoned bool // the caller gave up; the reply goes to orphan
 }
 
 func closeReply(r reply) { closeFD(r.fd) }
@@ -38,25 +44,32 @@ type reply struct {
 	fd int
 }
 
-// call sends a request frame (its Id is set here) and waits for its reply.
-// The caller owns a returned descriptor. orphan (nil: close the descriptor)
-// handles a reply that comes after ctx is done.
+// call waits for an in-flight slot, sends a request frame (its Id is set
+// here) and waits for its reply. The caller owns a returned descriptor.
+// orphan (nil: close the descriptor) handles a reply that comes after ctx is
+// done.
 func (c *caller) call(ctx context.Context, f *proto.Frame, orphan func(reply)) (reply, error) {
 	if orphan == nil {
 		orphan = closeReply
+	}
+	if err := c.slots.Acquire(ctx); err != nil {
+		return reply{fd: -1}, err
 	}
 	done := make(chan reply, 1)
 	c.mu.Lock()
 	c.next++
 	id := c.next
 	if c.pending == nil {
-		c.pending = make(map[uint64]pendingCall)
+		c.pending = make(map[uint64]*pendingCall)
 	}
-	c.pending[id] = pendingCall{done: done, orphan: orphan}
+	c.pending[id] = &pendingCall{done: done, orphan: orphan}
 	c.mu.Unlock()
 	f.Id = id
 	if err := c.ch.Send(f, -1); err != nil {
-		c.forget(id)
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		c.slots.Release()
 		return reply{fd: -1}, err
 	}
 	select {
@@ -66,7 +79,15 @@ func (c *caller) call(ctx context.Context, f *proto.Frame, orphan func(reply)) (
 		}
 		return r, nil
 	case <-ctx.Done():
-		if !c.forget(id) {
+		c.mu.Lock()
+		p, ok := c.pending[id]
+		if ok {
+			// The request stays outstanding at the supervisor, and
+			// keeps its slot, until its reply comes.
+			p.abandoned = true
+		}
+		c.mu.Unlock()
+		if !ok {
 			// The reply raced the cancellation: it is in done.
 			orphan(<-done)
 		}
@@ -74,23 +95,24 @@ func (c *caller) call(ctx context.Context, f *proto.Frame, orphan func(reply)) (
 	}
 }
 
-// forget drops a pending call; it reports whether it was still pending.
-func (c *caller) forget(id uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.pending[id]
-	delete(c.pending, id)
-	return ok
-}
-
-// deliver hands a reply to its caller. A reply nobody asked for is closed.
+// deliver hands a reply to its caller, or to its orphan handler when the
+// caller gave up, and frees the request's slot. A reply nobody asked for is
+// closed.
 func (c *caller) deliver(r reply) {
 	c.mu.Lock()
 	p, ok := c.pending[r.f.GetId()]
 	delete(c.pending, r.f.GetId())
+	abandoned := ok && p.abandoned
 	c.mu.Unlock()
 	if !ok {
 		closeReply(r)
+		return
+	}
+	c.slots.Release()
+	if abandoned {
+		// On its own goroutine: an orphan may send (an upstream
+		// release), and the frame reader never blocks on a send.
+		go p.orphan(r)
 		return
 	}
 	p.done <- r

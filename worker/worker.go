@@ -184,6 +184,7 @@ func (w *Worker) hello(h *proto.Hello) error {
 	}
 	w.cfg, w.router, w.id = cfg, rt, h.GetWorkerId()
 	w.conc = max(1, int(h.GetConcurrency()))
+	w.calls.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
 	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	// The supervisor tags every relayed line with the worker's slot and pid.
 	w.access = w.log.Named("access")
