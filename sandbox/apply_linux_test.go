@@ -153,13 +153,13 @@ func TestApplyStrict(t *testing.T) {
 			t.Errorf("ns/%s: parent %q (%v), child %q (%v); want different", ns, mine, err1, theirs, err2)
 		}
 	}
-	link, err := os.Readlink("/proc/" + itoa(c.Pid) + "/root")
-	if err != nil || !strings.HasPrefix(link, filepath.Join(os.TempDir(), "gatehouse-empty-")) || !strings.HasSuffix(link, " (deleted)") {
-		t.Errorf("/proc/PID/root -> %q (%v), want the deleted private directory", link, err)
+	// The new root is a tmpfs holding only the way down to the root.
+	var fs unix.Statfs_t
+	if err := unix.Statfs("/proc/"+itoa(c.Pid)+"/root/", &fs); err != nil || fs.Type != unix.TMPFS_MAGIC || fs.Flags&unix.ST_RDONLY == 0 {
+		t.Errorf("worker root: statfs type %#x flags %#x (%v), want a read-only tmpfs", fs.Type, fs.Flags, err)
 	}
-	// A deleted directory reads as ENOENT; an existing one must be empty.
-	if ents, err := os.ReadDir("/proc/" + itoa(c.Pid) + "/root/"); (err != nil && !errors.Is(err, unix.ENOENT)) || len(ents) != 0 {
-		t.Errorf("chroot contents = %v (%v), want empty", ents, err)
+	if ents, err := os.ReadDir("/proc/" + itoa(c.Pid) + "/root/"); err != nil || len(ents) != 1 {
+		t.Errorf("worker root contents = %v (%v), want the one directory leading to the document root", ents, err)
 	}
 	res := c.Wait(t)
 	t.Logf("child output:\n%s", res.Output)
@@ -193,11 +193,28 @@ func stressRuntime() {
 
 // TestApplyHostRoot starts the child as host root without namespaces (the
 // best-effort fallback when user namespaces are unavailable) and checks
-// that Apply switches to the unprivileged uid with setresuid.
+// that Apply switches to the unprivileged uid with setresuid, chroots
+// instead of pivoting the host's mount namespace, and says so.
 func TestApplyHostRoot(t *testing.T) {
-	p := sandbox.Policy{}
+	p := sandbox.Policy{}.BestEffort()
 	if sandboxtest.InChild() {
-		root := childApply(t, p)
+		root, err := os.OpenRoot(sandboxtest.Arg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, err := sandbox.Apply(p.WithRoots(sandboxtest.Arg()))
+		if err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		for _, l := range layers {
+			t.Log(l)
+			if l.Name != "pivot_root" && !l.Applied {
+				t.Errorf("layer not applied: %v", l)
+			}
+		}
+		if sandbox.RootsRebound(layers) {
+			t.Errorf("pivot_root reported applied without a user namespace")
+		}
 		if _, err := root.ReadFile("index.html"); err != nil {
 			t.Errorf("ReadFile: %v", err)
 		}
@@ -411,4 +428,92 @@ func TestSeccompPolicy(t *testing.T) {
 			t.Errorf("Assemble(%v): %v", a, err)
 		}
 	}
+}
+
+// TestPivotRootWithoutLandlock shows that the worker's filesystem holds
+// without Landlock: after Apply, each document root descriptor the worker
+// reopens sits in an empty read-only tmpfs, and "../../etc/passwd" relative
+// to it finds nothing.
+func TestPivotRootWithoutLandlock(t *testing.T) {
+	p := sandbox.WithoutLandlock(sandbox.Policy{}.BestEffort())
+	if sandboxtest.InChild() {
+		roots := strings.Split(sandboxtest.Arg(), ":")
+		var before []int
+		for _, r := range roots {
+			fd, err := unix.Open(r, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before = append(before, fd)
+		}
+		layers, err := sandbox.Apply(p.WithRoots(roots...))
+		for _, l := range layers {
+			t.Log(l)
+		}
+		if err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		if !sandbox.RootsRebound(layers) {
+			t.Skip("pivot_root layer not applied")
+		}
+		for _, l := range layers {
+			if l.Name == "landlock" && l.Applied {
+				t.Fatalf("landlock applied; the test needs it off")
+			}
+		}
+		for i, r := range roots {
+			// What a worker that kept its old descriptor could reach:
+			// the reason it must reopen its roots.
+			if fd, err := unix.Openat(before[i], "../../etc/passwd", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+				t.Logf("descriptor of %s opened before Apply still reaches ../../etc/passwd (closed by the worker)", r)
+				unix.Close(fd)
+			}
+			unix.Close(before[i])
+			fd, err := unix.Open(r, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatalf("reopening %s after Apply: %v", r, err)
+			}
+			for _, up := range []string{"../etc/passwd", "../../etc/passwd", "../../../../../../../etc/passwd", "../../proc/1/environ"} {
+				if got, err := unix.Openat(fd, up, unix.O_RDONLY|unix.O_CLOEXEC, 0); !errors.Is(err, unix.ENOENT) {
+					t.Errorf("openat(root %s, %q) = %d, %v; want ENOENT", r, up, got, err)
+				}
+			}
+			idx, err := unix.Openat(fd, "index.html", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Errorf("openat(root %s, index.html): %v", r, err)
+				continue
+			}
+			b := make([]byte, 64)
+			n, _ := unix.Read(idx, b)
+			if string(b[:n]) != indexBody {
+				t.Errorf("index.html of %s = %q", r, b[:n])
+			}
+		}
+		if _, err := os.Stat("/etc/passwd"); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("Stat(/etc/passwd) = %v, want ENOENT", err)
+		}
+		sandboxtest.Hold()
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the worker's uid 0 maps to nobody")
+	}
+	r1, r2 := makeRoot(t), makeRoot(t)
+	c := sandboxtest.Start(t, sandboxtest.Options{SysProcAttr: spawnAttr(t, p), Arg: r1 + ":" + r2})
+	if !c.WaitHold(t) {
+		c.Wait(t).Report(t)
+		t.Fatal("child ended before holding")
+	}
+	// The worker's root holds only the way down to its document roots.
+	ents, err := os.ReadDir("/proc/" + itoa(c.Pid) + "/root/")
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if top := strings.Split(strings.TrimPrefix(r1, "/"), "/")[0]; err != nil || len(names) != 1 || names[0] != top {
+		t.Errorf("worker root lists %v (%v), want only %q", names, err, top)
+	}
+	res := c.Wait(t)
+	t.Logf("child output:\n%s", res.Output)
+	res.Report(t)
 }

@@ -5,7 +5,11 @@
 // with [ParseArgs], opens its document roots and calls [Apply] before it reads
 // its first frame. On Linux, Apply runs these layers in order (docs/DESIGN.md §5):
 //
-//	chroot        to an empty, already deleted directory (or Policy.Chroot)
+//	pivot_root    into an empty read-only tmpfs holding read-only binds of the
+//	              roots at their own paths, the old root detached; the worker
+//	              then reopens its roots there (RootsRebound). Without a user
+//	              namespace of its own: chroot to an empty, already deleted
+//	              directory (or Policy.Chroot) instead
 //	identity      drop to an unprivileged uid/gid and clear every capability
 //	no_new_privs  PR_SET_NO_NEW_PRIVS on every thread
 //	dumpable      PR_SET_DUMPABLE 0

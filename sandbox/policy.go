@@ -89,11 +89,17 @@ type Policy struct {
 	// root: a name from /etc/passwd, "uid" or "uid:gid". "" means
 	// nobody (65534:65534).
 	User string
-	// Chroot is an existing empty directory to chroot into. "" (the default)
+	// Chroot is an existing empty directory to chroot into where the worker
+	// has no user namespace of its own (otherwise it pivots into an empty
+	// tmpfs). "" (the default)
 	// makes the worker create a private directory under /tmp, enter it and
 	// delete it, so that its root is an empty directory in which nothing can
 	// ever be created.
 	Chroot string
+
+	// noLandlock skips the Landlock layer, so that tests can show what the
+	// other layers hold alone. Never set outside tests.
+	noLandlock bool
 }
 
 // WithMode returns a copy of p with the given mode.
@@ -255,6 +261,24 @@ func (l Layer) String() string {
 		return l.Name + ": " + l.Detail
 	}
 	return l.Name + ": NOT APPLIED: " + l.Detail
+}
+
+// pivotRootLayer names the layer that rebuilds the worker's filesystem;
+// RootsRebound looks for it.
+const pivotRootLayer = "pivot_root"
+
+// RootsRebound reports whether Apply bound the document roots at their own
+// paths in a new root (the pivot_root layer applied). The caller must then
+// reopen each root by its path and close every descriptor of a root it
+// opened before Apply: those point into the detached old root, from which
+// ".." still climbs out.
+func RootsRebound(layers []Layer) bool {
+	for _, l := range layers {
+		if l.Name == pivotRootLayer {
+			return l.Applied
+		}
+	}
+	return false
 }
 
 // ErrNotSupported is matched (errors.Is) by every error that reports a layer

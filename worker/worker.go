@@ -84,6 +84,19 @@ func Run(args []string, opts Options) int {
 		log.Error("sandbox not applied; refusing to serve", "error", err)
 		return 1
 	}
+	if sandbox.RootsRebound(applied) {
+		// The descriptors opened above point into the detached old root,
+		// from which ".." climbs out: keep only the read-only binds.
+		for path, old := range w.roots {
+			r, err := os.OpenRoot(path)
+			old.Close()
+			if err != nil {
+				log.Error("reopening document root in the sandbox", "root", path, "error", err)
+				return 1
+			}
+			w.roots[path] = r
+		}
+	}
 	var layers []*proto.SandboxLayer
 	for _, l := range applied {
 		layers = append(layers, &proto.SandboxLayer{Name: l.Name, Applied: l.Applied, Detail: l.Detail})

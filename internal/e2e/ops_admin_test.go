@@ -73,7 +73,7 @@ func TestOpsAdminCommands(t *testing.T) {
 		t.Fatalf("status: exit %d: %s", r.code, r.stderr)
 	}
 	t.Logf("gatehousectl status:\n%s", r.stdout)
-	for _, want := range []string{"SLOT", "PID", "SANDBOX", p.addr, "gatehouse.hcl", "+seccomp", "+landlock", "+namespace/user", "+chroot"} {
+	for _, want := range []string{"SLOT", "PID", "SANDBOX", p.addr, "gatehouse.hcl", "+seccomp", "+landlock", "+namespace/user", "+pivot_root"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status table lacks %q", want)
 		}

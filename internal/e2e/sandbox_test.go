@@ -147,18 +147,38 @@ func TestSandboxLiveWorker(t *testing.T) {
 			t.Errorf("namespace %s: worker %q, supervisor %q (%v)", ns, theirs, mine, err)
 		}
 	}
-	root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", w.PID))
-	if err != nil || root == "/" || !strings.Contains(root, "gatehouse-empty") {
-		t.Errorf("worker root %q (%v), want its private empty chroot", root, err)
+	// Its root is an empty read-only tmpfs holding only the way down to
+	// the document root.
+	var fs unix.Statfs_t
+	if err := unix.Statfs(fmt.Sprintf("/proc/%d/root/", w.PID), &fs); err != nil || fs.Type != unix.TMPFS_MAGIC || fs.Flags&unix.ST_RDONLY == 0 {
+		t.Errorf("worker root: statfs type %#x flags %#x (%v), want a read-only tmpfs", fs.Type, fs.Flags, err)
+	}
+	top := strings.Split(strings.TrimPrefix(www, "/"), "/")[0]
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/", w.PID)); err != nil || len(ents) != 1 || ents[0].Name() != top {
+		t.Errorf("worker root lists %v (%v), want only %q", ents, err, top)
 	}
 	// Descriptors: 0–3, the client connection it serves, the document root
 	// it opened before the sandbox, and the Go runtime's own: its poller (an
 	// epoll instance and its wake-up eventfd) and the cgroup CPU limit files
 	// it opens at start to size GOMAXPROCS. Nothing else.
 	fdDir := fmt.Sprintf("/proc/%d/fd", w.PID)
-	ents, err := os.ReadDir(fdDir)
-	if err != nil {
-		t.Fatal(err)
+	// The supervisor counts the connection at the worker once it sent it;
+	// the worker may not have received it yet.
+	var ents []os.DirEntry
+	for i := 0; i < 250; i++ {
+		if ents, err = os.ReadDir(fdDir); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range ents {
+			if target, _ := os.Readlink(filepath.Join(fdDir, e.Name())); strings.HasPrefix(target, "socket:") {
+				n++
+			}
+		}
+		if n >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	sockets := 0
 	for _, e := range ents {
@@ -167,8 +187,22 @@ func TestSandboxLiveWorker(t *testing.T) {
 		case e.Name() == "0" || e.Name() == "1" || e.Name() == "2":
 		case strings.HasPrefix(target, "socket:"):
 			sockets++
-		case target == "anon_inode:[eventpoll]", target == "anon_inode:[eventfd]", strings.HasPrefix(target, "/sys/fs/cgroup/"):
+		// The cgroup files were opened before the old root was detached,
+		// so they read relative to their own mount.
+		case target == "anon_inode:[eventpoll]", target == "anon_inode:[eventfd]", strings.HasPrefix(target, "/sys/fs/cgroup/"), strings.HasPrefix(target, "/cpu."):
 		case target == www:
+			// The root descriptor is the read-only bind in the worker's
+			// tree: even unconfined, ".." from it leads nowhere.
+			fd := filepath.Join(fdDir, e.Name())
+			if f, err := os.Open(fd + "/../../../../../etc/passwd"); err == nil {
+				f.Close()
+				t.Errorf("%s/../../../../../etc/passwd opened: the root descriptor climbs out of the worker's tree", fd)
+			}
+			if f, err := os.Open(fd + "/index.html"); err != nil {
+				t.Errorf("%s/index.html: %v", fd, err)
+			} else {
+				f.Close()
+			}
 		default:
 			t.Errorf("worker holds descriptor %s → %s", e.Name(), target)
 		}
