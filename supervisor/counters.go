@@ -165,6 +165,8 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"upstream_refused":   d.c.upstreamRefused,
 			"upstream_errors":    d.c.upstreamErrors,
 			"rate_limited":       d.c.rateLimited,
+			// Counted by the relay goroutines, not the loop.
+			"worker_log_lines_dropped": d.s.logDropped.Load(),
 			// A gauge, not a counter: the rate limiter's buckets now.
 		},
 	}

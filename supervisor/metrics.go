@@ -41,6 +41,8 @@ var counterMetrics = map[string]struct {
 	"accept_errors":      {"accept_errors_total", "Failed accept calls.", "", ""},
 	"accept_pauses":      {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
 	"worker_kills":       {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
+	"worker_log_lines_dropped": {"worker_log_lines_dropped_total",
+		"Lines of worker output the supervisor dropped over each worker's relay rate limit.", "", ""},
 	// worker_deaths is exported with DeathsBySignal, below.
 	"worker_deaths": {},
 }

@@ -71,6 +71,10 @@ type Supervisor struct {
 	// Addrs and Reload read it without asking the loop.
 	bound atomic.Pointer[[]boundAddr]
 
+	// logDropped counts worker output lines the relays dropped over their
+	// rate limit (docs/DESIGN.md §6.4); every relay goroutine adds to it.
+	logDropped atomic.Uint64
+
 	msgs   chan any     // bounded queue of messages into the loop
 	poller *poll.Poller // the loop's; Wake is safe from any goroutine
 	ready  chan struct{}

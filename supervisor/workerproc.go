@@ -1,20 +1,15 @@
 package supervisor
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/hashicorp/go-hclog"
 )
 
 // workerState is a worker slot's lifecycle:
@@ -130,10 +125,10 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 		s.post(spawnResult{slot: slot, gen: gen, err: fmt.Errorf("starting worker: %w", err)})
 		return
 	}
-	log := s.log.Named("worker").With("worker", slot, "pid", cmd.Process.Pid)
+	out := newRelay(s.log, slot, cmd.Process.Pid, &s.logDropped)
 	relayed := make(chan struct{})
 	go func() {
-		relayLog(pr, log)
+		out.run(pr)
 		pr.Close()
 		close(relayed)
 	}()
@@ -160,52 +155,6 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 func unixSignalName(sig syscall.Signal) string {
 	name := sig.String()
 	return fmt.Sprintf("signal %d (%s)", int(sig), name)
-}
-
-// relayLog re-emits a worker's hclog JSON lines through the supervisor's
-// logger, tagged with the worker; other lines are relayed as they are. A line
-// longer than the buffer is cut, never allowed to block the worker.
-func relayLog(r io.Reader, log hclog.Logger) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for {
-		if !sc.Scan() {
-			if sc.Err() == bufio.ErrTooLong {
-				log.Warn("worker log line over 64 KiB dropped")
-				sc = bufio.NewScanner(r)
-				sc.Buffer(make([]byte, 0, 4096), 64<<10)
-				continue
-			}
-			return
-		}
-		relayLine(sc.Bytes(), log)
-	}
-}
-
-func relayLine(line []byte, log hclog.Logger) {
-	var m map[string]any
-	if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &m) != nil {
-		text := string(line)
-		level := hclog.Info
-		if strings.HasPrefix(text, "panic:") || strings.HasPrefix(text, "fatal error:") {
-			level = hclog.Error
-		}
-		log.Log(level, text)
-		return
-	}
-	level := hclog.LevelFromString(fmt.Sprint(m["@level"]))
-	if level == hclog.NoLevel {
-		level = hclog.Info
-	}
-	msg := fmt.Sprint(m["@message"])
-	args := make([]any, 0, 2*len(m))
-	for k, v := range m {
-		if strings.HasPrefix(k, "@") {
-			continue
-		}
-		args = append(args, k, v)
-	}
-	log.Log(level, msg, args...)
 }
 
 // token identifies this process of the slot to the poller: a stale event

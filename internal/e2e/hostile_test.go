@@ -141,6 +141,9 @@ var requestModes = map[string]func() int{
 	},
 	"flood": floodWorker,
 	"lanes": lanesWorker,
+	"loud":  loudWorker,
+	// A Ready whose sandbox layer names hold control bytes.
+	"forged-layers": forgedLayersWorker,
 }
 
 // The names the request modes use; the tests configure them.
