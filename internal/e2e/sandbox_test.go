@@ -19,7 +19,7 @@ import (
 
 // testHandlers are handlers built only into this test binary's workers.
 func testHandlers() map[string]http.Handler {
-	return map[string]http.Handler{"attack": http.HandlerFunc(attack)}
+	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler)}
 }
 
 // attack tries what a compromised worker would, as named by ?try=, and
