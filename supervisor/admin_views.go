@@ -22,6 +22,7 @@ func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
 		Stopping:      snap.Stopping,
 		Workers:       workersOf(snap),
 		Listeners:     []string{},
+		WorkerDeaths:  snap.DeathsByReason(),
 	}
 	for _, l := range snap.Listeners {
 		st.Listeners = append(st.Listeners, l.String())

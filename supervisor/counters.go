@@ -1,17 +1,14 @@
 package supervisor
 
 import (
+	"net/netip"
 	"slices"
+	"sort"
 	"strconv"
-
-	"golang.org/x/sys/unix"
 	"strings"
+	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"net/netip"
-	"sort"
-	"syscall"
-	"time"
 )
 
 // Refusal reasons at admission.
@@ -22,30 +19,30 @@ const (
 
 // counters are the dispatcher's monotonic counts. Owned by the loop.
 type counters struct {
-	accepted             uint64
-	refused              map[string]uint64
-	closed               uint64
-	peerClosed           uint64
-	dispatches           uint64
-	requests             uint64
-	shareWaits           uint64
-	poolWaits            uint64
-	timeoutFirstByte     uint64
-	timeoutIdle          uint64
-	timeoutNoWorker      uint64
-	idleEvicted          uint64
-	acceptErrors         uint64
-	acceptPauses         uint64
-	workerDeaths         uint64
-	workerDeathsBySignal map[syscall.Signal]uint64
-	workerKills          uint64
-	ipcOverloaded        uint64
-	upstreamRefused      uint64
-	upstreamErrors       uint64
-	rateLimited          uint64
-	outcomes             [5]uint64 // by proto.Outcome
-	byClass              [6]uint64 // responses by status class; [0] counts statuses out of range
-	latency              histogram
+	accepted         uint64
+	refused          map[string]uint64
+	closed           uint64
+	peerClosed       uint64
+	dispatches       uint64
+	requests         uint64
+	shareWaits       uint64
+	poolWaits        uint64
+	timeoutFirstByte uint64
+	timeoutIdle      uint64
+	timeoutNoWorker  uint64
+	idleEvicted      uint64
+	acceptErrors     uint64
+	acceptPauses     uint64
+	workerDeaths     uint64
+	deaths           map[deathCause]uint64
+	workerKills      uint64
+	ipcOverloaded    uint64
+	upstreamRefused  uint64
+	upstreamErrors   uint64
+	rateLimited      uint64
+	outcomes         [5]uint64 // by proto.Outcome
+	byClass          [6]uint64 // responses by status class; [0] counts statuses out of range
+	latency          histogram
 }
 
 // LatencyBuckets are the upper bounds, in seconds, of the request latency
@@ -100,8 +97,9 @@ type Snapshot struct {
 	Latency LatencyHistogram
 	// RateLimitBuckets is how many rate limit buckets the table holds.
 	RateLimitBuckets int
-	// DeathsBySignal counts worker deaths by the signal that ended them.
-	DeathsBySignal map[string]uint64
+	// Deaths counts worker deaths by reason and signal; they sum to
+	// Counters["worker_deaths"].
+	Deaths []DeathCount
 }
 
 // LatencyHistogram is a snapshot of the request latency histogram.
@@ -131,6 +129,10 @@ type WorkerInfo struct {
 	Restarts int
 	Backoff  time.Duration
 	Sandbox  []string
+	// Exiting is true while the slot's process is gone from the loop's view
+	// (killed, or its channel closed) but not reaped yet: its death is not
+	// counted yet.
+	Exiting bool
 }
 
 func (d *dispatcher) snapshot(now time.Time) Snapshot {
@@ -176,10 +178,13 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]
 	}
 	s.Latency = LatencyHistogram{Counts: slices.Clone(d.c.latency.counts[:len(LatencyBuckets)+1]), Sum: d.c.latency.sum, Count: d.c.latency.n}
-	s.DeathsBySignal = map[string]uint64{}
-	for sig, n := range d.c.workerDeathsBySignal {
-		s.DeathsBySignal[unix.SignalName(sig)] = n
+	for dc, n := range d.c.deaths {
+		s.Deaths = append(s.Deaths, DeathCount{Reason: dc.reason, Signal: signalName(dc.signal), N: n})
 	}
+	sort.Slice(s.Deaths, func(i, j int) bool {
+		a, b := s.Deaths[i], s.Deaths[j]
+		return a.Reason < b.Reason || a.Reason == b.Reason && a.Signal < b.Signal
+	})
 	for i, n := range d.c.outcomes {
 		s.Counters["round_"+strings.ToLower(proto.Outcome(i).String())] = n
 	}
@@ -200,7 +205,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		return a.Conns > b.Conns
 	})
 	for _, w := range d.workers {
-		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Served: w.served, Restarts: w.restarts, Backoff: w.backoff}
+		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {
 			mark := "+"
 			if !l.GetApplied() {

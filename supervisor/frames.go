@@ -66,7 +66,9 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 	switch b := f.Body.(type) {
 	case *proto.Frame_Ready:
-		if w.state != workerStarting {
+		// A worker asked to drain while it was starting still reports
+		// Ready once, and then exits.
+		if w.reportedReady || w.state != workerStarting && w.state != workerDraining {
 			d.killWorker(w, "Ready when not starting")
 			return false
 		}
@@ -75,8 +77,12 @@ func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 			d.killWorker(w, bad)
 			return false
 		}
-		w.state = workerReady
+		w.reportedReady = true
 		w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), layers...)
+		if w.state == workerDraining {
+			return true
+		}
+		w.state = workerReady
 		d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
 		d.checkReady()
 		d.roll(now)

@@ -204,6 +204,7 @@ func (d *dispatcher) tick(now time.Time) {
 			continue
 		}
 		if now.Sub(w.lastPong) > pingTimeout {
+			w.killedFor = DeathPing
 			d.killWorker(w, "did not answer a ping within 10s")
 			continue
 		}
@@ -234,6 +235,7 @@ func (d *dispatcher) stop(now time.Time) {
 	for _, w := range d.workers {
 		if w.ch != nil {
 			w.state = workerDraining
+			w.drainAsked = true
 			d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{}}}, -1)
 		}
 	}
@@ -254,6 +256,7 @@ func (d *dispatcher) finished(now time.Time) bool {
 	if !now.Before(d.stopDeadline) {
 		for _, w := range d.workers {
 			if !w.exited && w.proc != nil {
+				w.killedFor = killedAtShutdown
 				w.proc.Kill()
 			}
 		}

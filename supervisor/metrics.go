@@ -43,7 +43,7 @@ var counterMetrics = map[string]struct {
 	"worker_kills":       {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
 	"worker_log_lines_dropped": {"worker_log_lines_dropped_total",
 		"Lines of worker output the supervisor dropped over each worker's relay rate limit.", "", ""},
-	// worker_deaths is exported with DeathsBySignal, below.
+	// worker_deaths is exported by reason and signal from Deaths, below.
 	"worker_deaths": {},
 }
 
@@ -116,16 +116,10 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(desc(metricName(k)+"_total", "Dispatcher counter "+k+"."), prometheus.CounterValue, v)
 	}
 
-	// Worker deaths: one series per signal, and "none" for exits, so that
-	// the series sum to every death.
-	deaths := desc("worker_deaths_total", "Worker processes that ended, by the signal that ended them (none: exited).", "signal")
-	var bySignal uint64
-	for sig, n := range s.DeathsBySignal {
-		emit(deaths, prometheus.CounterValue, float64(n), sig)
-		bySignal += n
-	}
-	if total := s.Counters["worker_deaths"]; total >= bySignal {
-		emit(deaths, prometheus.CounterValue, float64(total-bySignal), "none")
+	// Worker deaths: one series per reason and signal ("none": exited).
+	deaths := desc("worker_deaths_total", "Worker processes that died, by reason (seccomp, signal, exit, protocol, ping) and the signal that ended them (none: exited).", "reason", "signal")
+	for _, d := range s.Deaths {
+		emit(deaths, prometheus.CounterValue, float64(d.N), d.Reason, d.Signal)
 	}
 
 	// Gauges of the moment.

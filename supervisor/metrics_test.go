@@ -29,10 +29,10 @@ func testSnapshot() Snapshot {
 			"share_waits": 7, "pool_waits": 6, "timeout_first_byte": 5, "timeout_idle": 4, "timeout_no_worker": 1,
 			"worker_deaths": 3, "worker_kills": 1, "round_ok": 80, "round_timeout": 2, "ipc_overloads": 9,
 		},
-		Listeners:      []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")},
-		Responses:      map[string]uint64{"2xx": 70, "4xx": 5, "5xx": 1, "1xx": 0, "3xx": 0, "other": 0},
-		Latency:        LatencyHistogram{Counts: lat, Sum: 31.5, Count: 8},
-		DeathsBySignal: map[string]uint64{"SIGKILL": 2},
+		Listeners: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")},
+		Responses: map[string]uint64{"2xx": 70, "4xx": 5, "5xx": 1, "1xx": 0, "3xx": 0, "other": 0},
+		Latency:   LatencyHistogram{Counts: lat, Sum: 31.5, Count: 8},
+		Deaths:    []DeathCount{{Reason: DeathSignal, Signal: "SIGKILL", N: 2}, {Reason: DeathExit, Signal: "none", N: 1}},
 	}
 }
 
@@ -85,8 +85,8 @@ func TestWritePrometheus(t *testing.T) {
 		{"gatehouse_timeouts_total", []string{"kind", "first_byte"}, 5},
 		{"gatehouse_timeouts_total", []string{"kind", "idle"}, 4},
 		{"gatehouse_timeouts_total", []string{"kind", "no_worker"}, 1},
-		{"gatehouse_worker_deaths_total", []string{"signal", "SIGKILL"}, 2},
-		{"gatehouse_worker_deaths_total", []string{"signal", "none"}, 1},
+		{"gatehouse_worker_deaths_total", []string{"reason", "signal", "signal", "SIGKILL"}, 2},
+		{"gatehouse_worker_deaths_total", []string{"reason", "exit", "signal", "none"}, 1},
 		{"gatehouse_worker_kills_total", nil, 1},
 		{"gatehouse_worker_restarts_total", []string{"slot", "0"}, 1},
 		{"gatehouse_worker_in_flight", []string{"slot", "1"}, 1},

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"net/netip"
-	"syscall"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
@@ -126,8 +125,8 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			upstreams: make(map[string]*upstreamState),
 		},
 		c: counters{
-			refused:              make(map[string]uint64),
-			workerDeathsBySignal: make(map[syscall.Signal]uint64),
+			refused: make(map[string]uint64),
+			deaths:  make(map[deathCause]uint64),
 		},
 	}
 	d.waiting.wait = true

@@ -43,8 +43,16 @@ type workerProc struct {
 	proc     *os.Process
 	// exited is true once the process (if any) has been reaped.
 	exited bool
-	ch     *ipc.Conn // nil while no process is attached
-	outq   []outFrame
+	// killedFor is the death reason the supervisor killed the current
+	// process for ("" unless it did).
+	killedFor string
+	// drainAsked is true once the current process was sent Drain: its
+	// exit is expected, not a death.
+	drainAsked bool
+	// reportedReady is true once the current process sent Ready.
+	reportedReady bool
+	ch            *ipc.Conn // nil while no process is attached
+	outq          []outFrame
 	// wantOut is true while the channel is registered for writability
 	// (and not readability) to flush outq.
 	wantOut bool

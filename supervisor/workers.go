@@ -36,6 +36,9 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.servedAtStart = w.served
 	w.rounds = 0
 	w.slots = ipc.NewInFlight(w.spec.cfg.Limits.IPCMaxInFlightRequests)
+	w.killedFor = ""
+	w.drainAsked = false
+	w.reportedReady = false
 	go d.s.spawnWorker(w.slot, w.gen, w.spec)
 }
 
@@ -74,7 +77,8 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		return
 	}
 	if d.stopping {
-		d.killWorker(w, "shutting down")
+		w.killedFor = killedAtShutdown
+		d.workerGone(w, "shutting down", true)
 		return
 	}
 	cfg := w.spec.cfg
@@ -98,14 +102,18 @@ func (d *dispatcher) exited(m exitResult, now time.Time) {
 	}
 	w.exited = true
 	w.proc = nil
-	if (d.stopping || w.state == workerDraining) && m.signal == 0 && m.code == 0 {
+	// A drained worker's state may already be dead: its channel closes
+	// before it is reaped.
+	switch {
+	case (d.stopping || w.drainAsked) && m.signal == 0 && m.code == 0:
 		d.log.Info("worker exited", "worker", w.slot, "pid", w.pid)
-	} else {
+	case w.killedFor == killedAtShutdown:
+		d.log.Info("worker stopped at shutdown", "worker", w.slot, "pid", w.pid, "status", m.status)
+	default:
+		reason := deathReason(m, w.killedFor)
 		d.c.workerDeaths++
-		if m.signal != 0 {
-			d.c.workerDeathsBySignal[m.signal]++
-		}
-		d.log.Error("worker died", "worker", w.slot, "pid", w.pid, "status", m.status)
+		d.c.deaths[deathCause{reason, m.signal}]++
+		d.log.Error("worker died", "worker", w.slot, "pid", w.pid, "reason", reason, "status", m.status)
 	}
 	d.workerGone(w, m.status, false)
 	if w.retiring && !d.stopping {
@@ -114,8 +122,12 @@ func (d *dispatcher) exited(m exitResult, now time.Time) {
 	}
 }
 
-// killWorker ends a worker for a protocol violation or unresponsiveness.
+// killWorker ends a worker for a protocol violation or unresponsiveness
+// (w.killedFor, when set before, says which other).
 func (d *dispatcher) killWorker(w *workerProc, reason string) {
+	if w.killedFor == "" {
+		w.killedFor = DeathProtocol
+	}
 	d.c.workerKills++
 	d.log.Error("killing worker", "worker", w.slot, "pid", w.pid, "reason", reason)
 	d.workerGone(w, reason, true)
@@ -215,6 +227,7 @@ func (d *dispatcher) drainWorker(w *workerProc) {
 		return
 	}
 	w.state = workerDraining
+	w.drainAsked = true
 	d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{}}}, -1)
 }
 

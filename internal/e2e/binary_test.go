@@ -18,10 +18,12 @@ import (
 
 // proc is the real gatehouse command running as a child of the test.
 type proc struct {
+	t      *testing.T
 	cmd    *exec.Cmd
 	addr   string
 	mu     sync.Mutex
 	stderr strings.Builder
+	deaths int // workers the test kills on purpose (expectDeaths); guarded by mu
 	exited chan struct{}
 	err    error
 }

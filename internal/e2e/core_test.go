@@ -305,6 +305,7 @@ workers {
   concurrency = 4
 }
 `)
+	h.expectDeaths(1)
 	victim := h.snapshot().Workers[0]
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

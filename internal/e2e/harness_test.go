@@ -29,6 +29,8 @@ type harness struct {
 	// config is the configuration file, relative paths resolving against
 	// its directory; Reload reads it again.
 	config string
+	// deaths is how many workers the test kills on purpose (expectDeaths).
+	deaths int
 }
 
 // baseConfig is prepended to every test's configuration: one listener on an
@@ -83,6 +85,7 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	h := &harness{t: tb, sup: sup, addr: sup.Addrs()[0].String(), logs: logs, done: make(chan error, 1), config: path}
 	go func() { h.done <- sup.Run(ctx) }()
 	tb.Cleanup(func() {
+		h.checkDeaths()
 		cancel()
 		select {
 		case err := <-h.done:

@@ -67,6 +67,7 @@ func TestHostileWorkerIsKilled(t *testing.T) {
 	for _, mode := range []string{"garbage", "oversize", "descriptor", "foreign-done", "empty"} {
 		t.Run(mode, func(t *testing.T) {
 			h := startHostile(t, mode)
+			h.expectDeaths(1)
 			// Killed before it served a request: respawn is throttled (a
 			// minute), not retried at once.
 			h.waitFor("the hostile worker to be killed and throttled", 20*time.Second, func(s supervisor.Snapshot) bool {

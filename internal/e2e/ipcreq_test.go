@@ -305,6 +305,7 @@ func TestHostileWorkerRequestsAreKilled(t *testing.T) {
 	for _, mode := range []string{"request-descriptor", "unknown-upstream", "release-unheld", "ratecheck-foreign", "request-before-ready"} {
 		t.Run(mode, func(t *testing.T) {
 			h := startNoWait(t, requestConfig(acceptAndClose(t), ""), "hostile-worker", mode)
+			h.expectDeaths(1)
 			h.waitFor("the well-behaved worker", 20*time.Second, func(s supervisor.Snapshot) bool {
 				return s.Workers[1].State == "ready"
 			})

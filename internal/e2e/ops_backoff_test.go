@@ -27,6 +27,7 @@ limits {
   no_worker_timeout = "30s"
 }
 `)
+	p.expectDeaths(20)
 	worker := func() adminapi.Worker {
 		t.Helper()
 		st := ctlJSON(t, sock, "status").Status
@@ -88,7 +89,7 @@ limits {
 		t.Errorf("after the kills: %+v", w)
 	}
 	m := ctlJSON(t, sock, "metrics").Metrics
-	if !strings.Contains(m, `gatehouse_worker_deaths_total{signal="SIGKILL"} 20`) || !strings.Contains(m, `gatehouse_worker_restarts_total{slot="0"} 20`) {
+	if !strings.Contains(m, `gatehouse_worker_deaths_total{reason="signal",signal="SIGKILL"} 20`) || !strings.Contains(m, `gatehouse_worker_restarts_total{slot="0"} 20`) {
 		t.Errorf("metrics after 20 kills lack the deaths and restarts:\n%s", m)
 	}
 }

@@ -64,7 +64,7 @@ func startOps(t *testing.T, dir string, o opsOptions) *proc {
 	// io.Pipe, Wait returns only once everything was copied into it.
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	p := &proc{t: t, cmd: cmd, exited: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +94,7 @@ func startOps(t *testing.T, dir string, o opsOptions) *proc {
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
+		p.checkDeaths()
 		cmd.Process.Kill()
 		<-p.exited
 		if t.Failed() {

@@ -281,6 +281,7 @@ func TestSandboxAttacks(t *testing.T) {
 			killed := err != nil
 			switch {
 			case killed:
+				h.expectDeaths(1)
 				s := h.waitFor("the killed worker's replacement", 20*time.Second, func(s supervisor.Snapshot) bool {
 					return s.Counters["worker_deaths"] > before.Counters["worker_deaths"] && settled(2)(s)
 				})

@@ -72,6 +72,9 @@ type Status struct {
 	Waiting    int      `json:"waiting"`
 	Stopping   bool     `json:"stopping"`
 	Workers    []Worker `json:"workers"`
+	// WorkerDeaths counts worker deaths since start by reason: seccomp,
+	// signal, exit, protocol, ping (only reasons seen are listed).
+	WorkerDeaths map[string]uint64 `json:"worker_deaths"`
 }
 
 // Worker is one worker slot.

@@ -226,11 +226,32 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "listeners\t%s\n", safeJoin(s.Listeners))
 	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %d before a first request\n",
 		s.Pool, s.Share, s.AtWorkers, s.Waiting, s.Queued)
+	fmt.Fprintf(tw, "worker deaths\t%s\n", deathSummary(s.WorkerDeaths))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	return printWorkers(w, s.Workers)
+}
+
+// deathSummary is "none" or the total and its reasons: "3 (protocol 1,
+// seccomp 2)".
+func deathSummary(by map[string]uint64) string {
+	var total uint64
+	reasons := make([]string, 0, len(by))
+	for r, n := range by {
+		total += n
+		reasons = append(reasons, r)
+	}
+	if total == 0 {
+		return "none"
+	}
+	sort.Strings(reasons)
+	parts := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		parts = append(parts, fmt.Sprintf("%s %d", r, by[r]))
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }
 
 func printWorkers(w io.Writer, ws []adminapi.Worker) error {

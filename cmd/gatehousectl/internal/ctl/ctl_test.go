@@ -119,6 +119,7 @@ func TestStatusTable(t *testing.T) {
 			{Slot: 0, PID: 100, State: "ready", Sandbox: []string{"+namespace/user", "+seccomp"}, Active: 3, Served: 1000, Restarts: 2},
 			{Slot: 1, State: "dead", Restarts: 5, BackoffSeconds: 1.6},
 		},
+		WorkerDeaths: map[string]uint64{"seccomp": 2, "protocol": 1},
 	}})
 	out, errs, code := run([]string{"-socket", sock, "status"}, nil)
 	if code != 0 {
@@ -126,7 +127,7 @@ func TestStatusTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"v1.2.3, pid 42, serving, up 2m5s", "/etc/gatehouse.hcl", "127.0.0.1:8080 [::1]:8080", "32 slots, 8 per client",
-		"SLOT", "SANDBOX", "+namespace/user +seccomp", "1.6s",
+		"SLOT", "SANDBOX", "+namespace/user +seccomp", "1.6s", "3 (protocol 1, seccomp 2)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
