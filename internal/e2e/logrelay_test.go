@@ -150,6 +150,7 @@ func forgedLayersWorker() int {
 // raw or gatehousectl at all.
 func TestForgedSandboxLayersKillTheWorker(t *testing.T) {
 	h := startHostile(t, "forged-layers")
+	h.expectDeaths(1)
 	s := h.waitFor("the worker with forged layers to be killed", 20*time.Second, func(s supervisor.Snapshot) bool {
 		return s.Counters["worker_kills"] >= 1
 	})
