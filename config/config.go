@@ -127,6 +127,8 @@ type Route struct {
 	MaxUploadBytes int64
 	// UploadTokenSHA256 are the SHA-256 hashes of the accepted bearer tokens.
 	UploadTokenSHA256 [][32]byte
+	// AllowTrace passes TRACE requests to the handler (default false: 405).
+	AllowTrace bool
 }
 
 // Static serves files under Root.

@@ -39,6 +39,7 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	d.add(diags)
 	name := fmt.Sprintf("route %q", prefix)
 	d.upload(content.Attributes, name, &r)
+	boolAttr(d, content.Attributes, "allow_trace", name+": allow_trace", &r.AllowTrace)
 	handlers := content.Blocks
 	if len(handlers) == 0 {
 		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, proxy, metrics or embedded).", name)

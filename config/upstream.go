@@ -249,7 +249,8 @@ func (c *Config) Upstream(name string) *Upstream {
 }
 
 // RateClass returns the rate limit class for a request path: the longest
-// matching prefix, else "default" when defined, else nil (not limited).
+// matching prefix (at a "/" boundary, as routes match), else "default" when
+// defined, else nil (not limited). path is the normalised request path.
 func (c *Config) RateClass(path string) *RateLimit {
 	var best, def *RateLimit
 	for i := range c.RateLimits {
@@ -257,7 +258,7 @@ func (c *Config) RateClass(path string) *RateLimit {
 		switch {
 		case rl.Prefix == "":
 			def = rl
-		case strings.HasPrefix(path, rl.Prefix) && (best == nil || len(rl.Prefix) > len(best.Prefix)):
+		case pathHasPrefix(path, rl.Prefix) && (best == nil || len(rl.Prefix) > len(best.Prefix)):
 			best = rl
 		}
 	}
@@ -303,4 +304,13 @@ func (d *decoder) embedded(b *hcl.Block, route string) *Embedded {
 		return nil
 	}
 	return &Embedded{Name: name}
+}
+
+// pathHasPrefix reports whether path is prefix or continues it at a "/"
+// boundary, as routes match: "/login" covers "/login/x", not "/loginx".
+func pathHasPrefix(path, prefix string) bool {
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	return len(path) == len(prefix) || strings.HasSuffix(prefix, "/") || path[len(prefix)] == '/'
 }

@@ -284,7 +284,8 @@ rate_limit "default" {
 	for _, tt := range []struct{ path, class string }{
 		{"/login", "login"},
 		{"/login/again", "login"},
-		{"/loginx", "login"}, // a prefix, not a path segment
+		{"/loginx", "default"}, // prefixes match at "/" boundaries, as routes do
+		{"/api/adminx", "api"},
 		{"/api/x", "api"},
 		{"/api/admin/users", "api-admin"}, // the longest prefix
 		{"/api", "default"},

@@ -119,9 +119,12 @@ func ListenAdmin(opts AdminOptions) (*AdminServer, error) {
 }
 
 // listenUnix creates a listening Unix stream socket at path whose file has
-// mode 0600 before any peer can connect: the mode is set on the socket
-// before bind (Linux creates the file with it) and on the file after bind,
-// and listen comes last, so a connect before it is refused.
+// mode 0600 from its creation: bind runs under umask 0177 (and on Linux the
+// socket itself is 0600 before bind), so no chmod by path follows, which a
+// symlink swapped in by whoever can write the directory would redirect.
+// listen comes last, so a connect before it is refused. The umask is the
+// process's for the instant of bind; files created meanwhile by other
+// goroutines get no more than 0600.
 func listenUnix(path string) (*net.UnixListener, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -130,12 +133,11 @@ func listenUnix(path string) (*net.UnixListener, error) {
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()                  // net.FileListener keeps a dup
 	unix.Fchmod(fd, adminSocketMode) // best effort: not every system honours it on a socket
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+	old := unix.Umask(0o777 &^ adminSocketMode)
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+	unix.Umask(old)
+	if err != nil {
 		return nil, os.NewSyscallError("bind", err)
-	}
-	if err := os.Chmod(path, adminSocketMode); err != nil {
-		os.Remove(path)
-		return nil, err
 	}
 	if err := unix.Listen(fd, adminMaxConns); err != nil {
 		os.Remove(path)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"io/fs"
 	"net"
 	"os"
@@ -15,7 +14,9 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 func TestPeerAllowed(t *testing.T) {
@@ -151,8 +152,12 @@ func (a *adminConn) expectEOF(t *testing.T) {
 	}
 }
 
+// The socket is created 0600 even under a permissive umask, with no chmod
+// by path afterwards that a swapped-in symlink could redirect.
 func TestAdminSocketMode(t *testing.T) {
+	old := unix.Umask(0)
 	_, path := testAdmin(t)
+	unix.Umask(old)
 	fi, err := os.Lstat(path)
 	if err != nil {
 		t.Fatal(err)

@@ -65,7 +65,20 @@ func (h *proxyHandler) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = h.pool.up.Name
 	pr.Out.Host = pr.In.Host
+	stripClientHeaders(pr.Out.Header)
 	h.w.setForwarded(pr)
+}
+
+// stripClientHeaders removes what a client could use to pass for another
+// address at the upstream: X-Real-IP, and every field whose name holds an
+// underscore (X_Forwarded_For), which CGI-style upstreams read as the dashed
+// field; nginx drops those too (underscores_in_headers off).
+func stripClientHeaders(h http.Header) {
+	for k := range h {
+		if k == "X-Real-Ip" || strings.ContainsRune(k, '_') {
+			delete(h, k)
+		}
+	}
 }
 
 func (h *proxyHandler) modifyResponse(res *http.Response) error {

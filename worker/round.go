@@ -239,6 +239,19 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	if head.Chunked {
 		req.TransferEncoding = []string{"chunked"}
 	}
+	if !serverWideOptions(req) {
+		// Routes, rate-limit classes and the proxy see the normalised path
+		// only, so "//internal/x" and "/a/../internal/x" are "/internal/x".
+		raw, decoded, err := normalizePath(req.URL.EscapedPath())
+		if err != nil {
+			cs.outcome = proto.Outcome_BAD_REQUEST
+			cs.writeError(http.StatusBadRequest, err.Error(), head, nil)
+			return false, proto.Disposition_LINGER
+		}
+		u := *req.URL
+		u.Path, u.RawPath = decoded, raw
+		req.URL = &u
+	}
 	req = req.WithContext(ctx)
 	rt := cs.w.router.match(req.URL.Path)
 

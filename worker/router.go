@@ -25,7 +25,9 @@ type route struct {
 	handler http.Handler
 	// maxUpload raises the body cap for an authorized request (0: none).
 	maxUpload int64
-	tokens    [][32]byte // SHA-256 of the accepted bearer tokens
+	// allowTrace lets TRACE through to the handler; otherwise it is 405.
+	allowTrace bool
+	tokens     [][32]byte // SHA-256 of the accepted bearer tokens
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
@@ -56,7 +58,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256})
+		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace})
 	}
 	sort.SliceStable(rt.routes, func(i, j int) bool { return len(rt.routes[i].prefix) > len(rt.routes[j].prefix) })
 	return rt, nil
@@ -83,6 +85,11 @@ func serve(rr *route, w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !knownMethods[r.Method]:
 		http.Error(w, "method not implemented", http.StatusNotImplemented)
+	case r.Method == http.MethodTrace && (rr == nil || !rr.allowTrace):
+		// TRACE echoes the request, credentials included, to whoever can
+		// read the response (cross-site tracing): off unless a route asks.
+		w.Header().Set("Allow", allowAsterisk)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	case rr == nil:
 		http.NotFound(w, r)
 	default:

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+)
+
+// errPathNotNormal refuses a path whose percent-encoded slashes would make
+// its decoded form climb or merge segments differently from its wire form.
+var errPathNotNormal = errors.New("worker: path with encoded slashes not normal after decoding")
+
+// normalizePath returns the form of an escaped request path (the target's
+// path as sent) that routes and rate-limit classes are matched on and that
+// the proxy forwards: percent-encoded unreserved characters decoded (RFC
+// 3986 §6.2.2.2), other escapes upper-cased, runs of "/" merged and dot
+// segments resolved (RFC 3986 §5.2.4), a trailing "/" kept. It returns the
+// escaped form and the decoded one (url.URL's Path and RawPath). A path
+// whose decoded form would still change under normalisation (an encoded
+// "/" next to a dot segment or another "/") is refused: an upstream that
+// decodes %2F would route it elsewhere than gatehouse did.
+func normalizePath(escaped string) (raw, decoded string, err error) {
+	if escaped == "" || escaped[0] != '/' {
+		escaped = "/" + escaped
+	}
+	raw = resolveSegments(decodeUnreserved(escaped))
+	if decoded, err = url.PathUnescape(raw); err != nil {
+		return "", "", err
+	}
+	if resolveSegments(decoded) != decoded {
+		return "", "", errPathNotNormal
+	}
+	return raw, decoded, nil
+}
+
+// decodeUnreserved decodes %XX escapes of unreserved characters and
+// upper-cases the hex digits of every other escape. A malformed escape is
+// left as it is for url.PathUnescape to refuse.
+func decodeUnreserved(p string) string {
+	if !strings.Contains(p, "%") {
+		return p
+	}
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] != '%' || i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+			b.WriteByte(p[i])
+			continue
+		}
+		c := unhex(p[i+1])<<4 | unhex(p[i+2])
+		if isUnreserved(c) {
+			b.WriteByte(c)
+		} else {
+			b.WriteString(strings.ToUpper(p[i : i+3]))
+		}
+		i += 2
+	}
+	return b.String()
+}
+
+// resolveSegments merges runs of "/" and resolves "." and ".." segments of
+// an absolute path; ".." never climbs above "/". A path ending in "/", "/."
+// or "/.." ends in "/".
+func resolveSegments(p string) string {
+	segs := strings.Split(p, "/")[1:]
+	out := make([]string, 0, len(segs))
+	trailing := false
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch s {
+		case "", ".":
+			trailing = last
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			trailing = last
+		default:
+			out = append(out, s)
+			trailing = false
+		}
+	}
+	r := "/" + strings.Join(out, "/")
+	if trailing && len(out) > 0 {
+		r += "/"
+	}
+	return r
+}
+
+func isUnreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
