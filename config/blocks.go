@@ -34,7 +34,7 @@ var (
 		},
 	}
 	listenerSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}},
+		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}, {Name: "proxy_protocol"}},
 	}
 	workersSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}},
@@ -255,8 +255,10 @@ func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range
 		return
 	}
 	addrs[ap] = name
+	var proxy bool
+	boolAttr(d, attrs, "proxy_protocol", fmt.Sprintf("listener %q: proxy_protocol", name), &proxy)
 	if ok {
-		cfg.Listeners = append(cfg.Listeners, Listener{Name: name, Address: ap})
+		cfg.Listeners = append(cfg.Listeners, Listener{Name: name, Address: ap, ProxyProtocol: proxy})
 	}
 }
 

@@ -80,6 +80,10 @@ func (c *CORS) Allows(origin string) bool {
 type Listener struct {
 	Name    string
 	Address netip.AddrPort
+	// ProxyProtocol makes the listener read a PROXY protocol header (v1
+	// or v2) first on every connection, accepted only from
+	// trusted_proxies, and key the client by its source address.
+	ProxyProtocol bool
 }
 
 // Workers is the `workers` block.

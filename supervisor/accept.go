@@ -43,9 +43,11 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 		return
 	}
 	l := d.listeners[i]
+	proxy := d.proxyListener(l.cfgAddr)
 	for n := 0; n < acceptBatch; n++ {
-		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.fdReserve >= d.fdLimit && !d.evictIdle("descriptor reserve") {
-			d.pauseAccept(now, "descriptor reserve reached and no idle connection to close")
+		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.fdReserve >= d.fdLimit &&
+			!d.evictIdle("descriptor reserve") && !d.evictIncomplete("descriptor reserve") {
+			d.pauseAccept(now, "descriptor reserve reached and no idle or incomplete connection to close")
 			return
 		}
 		fd, sa, err := accept(l.fd)
@@ -59,7 +61,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			// Out of descriptors: make room from the idle keep-alive
 			// connections, oldest first, as nginx does; never spin.
 			d.c.acceptErrors++
-			if !d.evictIdle("descriptors exhausted") {
+			if !d.evictIdle("descriptors exhausted") && !d.evictIncomplete("descriptors exhausted") {
 				d.pauseAccept(now, err.Error())
 				return
 			}
@@ -69,7 +71,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			d.logLimited("accept", "accept failed", "listener", l.name, "error", err)
 			return
 		}
-		d.admit(fd, l.id, sockaddrAddrPort(sa), now)
+		d.admit(fd, l.id, sockaddrAddrPort(sa), proxy, now)
 	}
 }
 
@@ -81,19 +83,27 @@ func (d *dispatcher) pauseAccept(now time.Time, why string) {
 }
 
 // admit applies the admission caps to an accepted descriptor and parks it.
-func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, now time.Time) {
+// Only the per-client cap (and, on a proxy_protocol listener, an untrusted
+// peer) refuses a newcomer; the queued-connection cap makes room instead, by
+// closing the oldest incomplete connection of the heaviest client.
+func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy bool, now time.Time) {
 	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
 	cl := d.clients[key]
 	if cl == nil {
-		cl = &client{key: key, trusted: d.trusted(peer.Addr())}
-		cl.waiting.wait = true
+		cl = newClient(key, d.trusted(peer.Addr()))
 	}
 	refuse := ""
 	switch {
+	case proxy && !cl.trusted:
+		refuse = refusedProxyUntrusted
 	case !cl.trusted && cl.conns >= d.cfg.Limits.MaxConnectionsPerClient:
 		refuse = refusedPerClient
-	case d.cfg.Limits.MaxQueuedConnections > 0 && d.queued >= d.cfg.Limits.MaxQueuedConnections:
-		refuse = refusedQueued
+	}
+	if q := d.cfg.Limits.MaxQueuedConnections; refuse == "" && q > 0 && d.queued >= q {
+		// One newcomer, one connection closed. When every queued
+		// connection has a complete request none is: they are served or
+		// answered 503 within no_worker_timeout.
+		d.evictIncomplete("max_queued_connections")
 	}
 	if refuse != "" {
 		unix.Close(fd)
@@ -114,7 +124,10 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, now tim
 	d.conns[c.id] = c
 	d.queued++
 	d.c.accepted++
-	c.deadline = now.Add(d.cfg.Limits.FirstByteTimeout)
+	cl.incomplete.push(c)
+	if proxy {
+		c.state = stateProxy
+	}
 	d.freshTimers.push(c)
 }
 

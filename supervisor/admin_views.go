@@ -9,20 +9,24 @@ import (
 
 func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
 	st := &adminapi.Status{
-		Version:       Version,
-		PID:           os.Getpid(),
-		Started:       a.s.Started(),
-		UptimeSeconds: snap.Time.Sub(a.s.Started()).Seconds(),
-		ConfigFile:    a.s.ConfigPath(),
-		Pool:          snap.Pool,
-		Share:         snap.Share,
-		AtWorkers:     snap.AtWorkers,
-		Queued:        snap.Queued,
-		Waiting:       snap.Waiting,
-		Stopping:      snap.Stopping,
-		Workers:       workersOf(snap),
-		Listeners:     []string{},
-		WorkerDeaths:  snap.DeathsByReason(),
+		Version:                 Version,
+		PID:                     os.Getpid(),
+		Started:                 a.s.Started(),
+		UptimeSeconds:           snap.Time.Sub(a.s.Started()).Seconds(),
+		ConfigFile:              a.s.ConfigPath(),
+		Pool:                    snap.Pool,
+		Share:                   snap.Share,
+		AtWorkers:               snap.AtWorkers,
+		Queued:                  snap.Queued,
+		Waiting:                 snap.Waiting,
+		HeadBytes:               snap.HeadBytes,
+		Stress:                  snap.Stress,
+		FirstByteTimeoutSeconds: snap.FirstByteTimeout.Seconds(),
+		HeadTimeoutSeconds:      snap.HeadTimeout.Seconds(),
+		Stopping:                snap.Stopping,
+		Workers:                 workersOf(snap),
+		Listeners:               []string{},
+		WorkerDeaths:            snap.DeathsByReason(),
 	}
 	for _, l := range snap.Listeners {
 		st.Listeners = append(st.Listeners, l.String())

@@ -25,4 +25,15 @@ type client struct {
 	out     int      // connections at workers
 	waiting connList // readable connections over the share, oldest first
 	waits   uint64   // times a connection had to wait for this client's share
+	// incomplete lists its connections that have not completed a head,
+	// oldest first.
+	incomplete connList
+}
+
+// newClient returns the record of a client key with no connection yet.
+func newClient(key netip.Addr, trusted bool) *client {
+	cl := &client{key: key, trusted: trusted}
+	cl.waiting.wait = true
+	cl.incomplete.incomplete = true
+	return cl
 }

@@ -13,9 +13,15 @@ import (
 //	              ▼ timeout            ▼ 503         ├──Done close──► closed
 //	            closed               linger          └──Done linger──► linger ──► closed
 //
-// A connection whose Done carries input goes straight back to waiting or a
-// worker without parking. docs/DESIGN.md §2.1 draws every transition with
-// its cause.
+// A fresh or idle connection becomes readable; if its input holds a complete
+// head (or one no parser would accept, or one over the size caps) it goes to
+// waiting or a worker, otherwise to head until the rest arrives (or its head
+// deadline or inter-byte gap expires: 408). A connection whose Done carries
+// input goes the same way without parking. On a proxy_protocol listener a
+// connection starts in proxy until its PROXY header has been read.
+// docs/DESIGN.md §2.1 draws every transition with its cause.
+//
+//	proxy ──header──► fresh ──partial head──► head ──complete──► (waiting)
 type connState uint8
 
 const (
@@ -24,9 +30,11 @@ const (
 	stateWaiting                   // readable, queued for a worker slot
 	stateAtWorker                  // out at a worker for one round
 	stateLinger                    // discarding input before close
+	stateHead                      // parked, part of a head received
+	stateProxy                     // parked, before its PROXY header
 )
 
-var stateNames = [...]string{"fresh", "idle", "waiting", "at_worker", "linger"}
+var stateNames = [...]string{"fresh", "idle", "waiting", "at_worker", "linger", "head", "proxy"}
 
 func (s connState) String() string { return stateNames[s] }
 
@@ -51,4 +59,17 @@ type conn struct {
 	tlist        *connList
 	qprev, qnext *conn
 	qlist        *connList
+
+	// An incomplete head (state head): the bytes read so far, at most
+	// headend.MaxHead, where to resume scanning them, and when its first
+	// and latest bytes arrived (the head deadline and the gap run from
+	// them; the head is on headTimers by the q* links, gapTimers by t*).
+	head      []byte
+	headScan  int
+	firstByte time.Time
+	lastByte  time.Time
+	// The client's connections that have not completed a head (fresh,
+	// head, proxy), oldest first: what admission closes to make room.
+	iprev, inext *conn
+	ilist        *connList
 }

@@ -17,6 +17,10 @@ const (
 	refusedQueued    = "queued"
 )
 
+// refusedReasons are the reasons a connection is refused at accept, or closed
+// on reading its PROXY header, each exported as refused_<reason>.
+var refusedReasons = []string{refusedPerClient, refusedQueued, refusedProxyUntrusted, refusedProxyMalformed}
+
 // counters are the dispatcher's monotonic counts. Owned by the loop.
 type counters struct {
 	accepted         uint64
@@ -87,7 +91,13 @@ type Snapshot struct {
 	Workers   []WorkerInfo
 	Counters  map[string]uint64
 	Stopping  bool
-	Listeners []netip.AddrPort
+	// Admission: bytes held in incomplete heads, whether stress mode is on,
+	// and the first-byte and head timeouts in force.
+	HeadBytes        int
+	Stress           bool
+	FirstByteTimeout time.Duration
+	HeadTimeout      time.Duration
+	Listeners        []netip.AddrPort
 	// Responses counts responses by status class: "1xx" … "5xx", and
 	// "other" for a status out of range.
 	Responses map[string]uint64
@@ -173,6 +183,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		},
 	}
 	s.RateLimitBuckets = d.limiter.len()
+	d.headSnapshot(&s)
 	s.Responses = map[string]uint64{"other": d.c.byClass[0]}
 	for i := 1; i <= 5; i++ {
 		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]

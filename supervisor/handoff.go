@@ -167,8 +167,7 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 		case d.stopping:
 			d.closeConn(c)
 		case len(m.GetCarried()) > 0:
-			c.carried = append([]byte(nil), m.GetCarried()...)
-			d.tryDispatch(c, now)
+			d.nextRequest(c, m.GetCarried(), now)
 		default:
 			d.park(c, now)
 		}

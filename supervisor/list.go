@@ -1,8 +1,9 @@
 package supervisor
 
 // connList is an intrusive FIFO of connections. A connection is in at most one
-// timer list (links t*) and at most one wait queue (links q*) at a time, so
-// both are O(1) to join, leave and pop without allocating.
+// timer list (links t*), at most one wait queue or head-deadline list (links
+// q*) and at most one client's list of incomplete connections (links i*) at a
+// time, so all are O(1) to join, leave and pop without allocating.
 //
 // Timeouts are uniform per state (first byte, keep-alive idle, no worker,
 // linger), so appending at the tail keeps each timer list sorted by deadline:
@@ -11,9 +12,13 @@ type connList struct {
 	head, tail *conn
 	n          int
 	wait       bool // uses the q* links instead of the t* links
+	incomplete bool // uses the i* links
 }
 
 func (l *connList) links(c *conn) (prev, next **conn, in **connList) {
+	if l.incomplete {
+		return &c.iprev, &c.inext, &c.ilist
+	}
 	if l.wait {
 		return &c.qprev, &c.qnext, &c.qlist
 	}

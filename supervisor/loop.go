@@ -105,10 +105,18 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 			next = t
 		}
 	}
-	for _, l := range []*connList{&d.freshTimers, &d.idleTimers, &d.waitTimers, &d.lingerTimers} {
+	for _, l := range []*connList{&d.idleTimers, &d.waitTimers, &d.lingerTimers} {
 		if l.head != nil {
 			consider(l.head.deadline)
 		}
+	}
+	if c := d.freshTimers.head; c != nil {
+		consider(d.freshDeadline(c))
+	}
+	consider(d.headNextDeadline())
+	if d.stress || !d.pressureSince.IsZero() {
+		// Stress mode starts and ends on time, not on the next event.
+		consider(now.Add(time.Second))
 	}
 	consider(d.acceptPause)
 	for _, w := range d.workers {
@@ -157,12 +165,13 @@ func (d *dispatcher) message(m any, now time.Time) {
 
 // expire enforces the per-state timeouts.
 func (d *dispatcher) expire(now time.Time) {
-	for c := d.freshTimers.head; c != nil && !now.Before(c.deadline); c = d.freshTimers.head {
+	for c := d.freshTimers.head; c != nil && !now.Before(d.freshDeadline(c)); c = d.freshTimers.head {
 		// A connection that never sent a byte is closed silently: browsers
 		// and load balancers open speculative connections.
 		d.c.timeoutFirstByte++
 		d.closeConn(c)
 	}
+	d.expireHeads(now)
 	for c := d.idleTimers.head; c != nil && !now.Before(c.deadline); c = d.idleTimers.head {
 		d.c.timeoutIdle++
 		d.closeConn(c)
@@ -184,6 +193,7 @@ func (d *dispatcher) expire(now time.Time) {
 
 // tick runs the periodic work: accept resumption, pings, respawns.
 func (d *dispatcher) tick(now time.Time) {
+	d.updateStress(now)
 	if !d.acceptPause.IsZero() && !now.Before(d.acceptPause) {
 		d.acceptPause = time.Time{}
 		if !d.stopping {

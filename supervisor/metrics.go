@@ -25,22 +25,29 @@ const metricPrefix = "gatehouse_"
 var counterMetrics = map[string]struct {
 	name, help, label, value string
 }{
-	"accepted":           {"connections_accepted_total", "Connections accepted.", "", ""},
-	"refused_per_client": {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "per_client"},
-	"refused_queued":     {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "queued"},
-	"closed":             {"connections_closed_total", "Connections closed.", "", ""},
-	"peer_closed":        {"connections_peer_closed_total", "Parked connections closed by the client.", "", ""},
-	"idle_evicted":       {"connections_idle_evicted_total", "Idle kept-alive connections closed to make room.", "", ""},
-	"dispatches":         {"dispatches_total", "Connections handed to a worker.", "", ""},
-	"requests":           {"requests_total", "Requests answered by workers.", "", ""},
-	"share_waits":        {"share_waits_total", "Readable connections that waited because their client held its whole share.", "", ""},
-	"pool_waits":         {"pool_waits_total", "Readable connections that waited because the pool was full.", "", ""},
-	"timeout_first_byte": {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "first_byte"},
-	"timeout_idle":       {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "idle"},
-	"timeout_no_worker":  {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "no_worker"},
-	"accept_errors":      {"accept_errors_total", "Failed accept calls.", "", ""},
-	"accept_pauses":      {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
-	"worker_kills":       {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
+	"accepted":                {"connections_accepted_total", "Connections accepted.", "", ""},
+	"refused_per_client":      {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "per_client"},
+	"refused_queued":          {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "queued"},
+	"refused_proxy_untrusted": {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "proxy_untrusted"},
+	"refused_proxy_malformed": {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "proxy_malformed"},
+	"timeout_head":            {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "head"},
+	"timeout_head_gap":        {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "head_gap"},
+	"incomplete_evicted":      {"connections_incomplete_evicted_total", "Connections without a complete head closed to make room for a newcomer.", "", ""},
+	"stress_entered":          {"stress_mode_entered_total", "Times admission entered stress mode.", "", ""},
+	"heads_buffered":          {"heads_buffered_total", "Request heads that arrived in parts and were held by the dispatcher until complete.", "", ""},
+	"closed":                  {"connections_closed_total", "Connections closed.", "", ""},
+	"peer_closed":             {"connections_peer_closed_total", "Parked connections closed by the client.", "", ""},
+	"idle_evicted":            {"connections_idle_evicted_total", "Idle kept-alive connections closed to make room.", "", ""},
+	"dispatches":              {"dispatches_total", "Connections handed to a worker.", "", ""},
+	"requests":                {"requests_total", "Requests answered by workers.", "", ""},
+	"share_waits":             {"share_waits_total", "Readable connections that waited because their client held its whole share.", "", ""},
+	"pool_waits":              {"pool_waits_total", "Readable connections that waited because the pool was full.", "", ""},
+	"timeout_first_byte":      {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "first_byte"},
+	"timeout_idle":            {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "idle"},
+	"timeout_no_worker":       {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "no_worker"},
+	"accept_errors":           {"accept_errors_total", "Failed accept calls.", "", ""},
+	"accept_pauses":           {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
+	"worker_kills":            {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
 	"worker_log_lines_dropped": {"worker_log_lines_dropped_total",
 		"Lines of worker output the supervisor dropped over each worker's relay rate limit.", "", ""},
 	// worker_deaths is exported by reason and signal from Deaths, below.
@@ -129,6 +136,14 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(desc("connections_queued", "Connections that have not finished a first request."), prometheus.GaugeValue, float64(s.Queued))
 	emit(desc("connections_waiting", "Readable connections waiting for a pool slot."), prometheus.GaugeValue, float64(s.Waiting))
 	emit(desc("clients", "Client keys holding a connection."), prometheus.GaugeValue, float64(len(s.Clients)))
+	emit(desc("head_buffer_bytes", "Bytes of incomplete request heads held by the dispatcher."), prometheus.GaugeValue, float64(s.HeadBytes))
+	stress := 0.0
+	if s.Stress {
+		stress = 1
+	}
+	emit(desc("stress_mode", "1 while admission is in stress mode (shortened first-byte and head timeouts)."), prometheus.GaugeValue, stress)
+	emit(desc("first_byte_timeout_seconds", "The first-byte timeout in force."), prometheus.GaugeValue, s.FirstByteTimeout.Seconds())
+	emit(desc("head_timeout_seconds", "The request head deadline in force."), prometheus.GaugeValue, s.HeadTimeout.Seconds())
 	emit(desc("rate_limit_buckets", "Rate limit buckets held (bounded by rate_limit_entries)."), prometheus.GaugeValue, float64(s.RateLimitBuckets))
 	conns := desc("connections", "Open connections, by state.", "state")
 	for _, st := range stateNames {

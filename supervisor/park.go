@@ -24,7 +24,10 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 	case stateLinger:
 		d.discard(c)
 		return
-	case stateFresh, stateIdle:
+	case stateProxy:
+		d.readProxy(c, now)
+		return
+	case stateFresh, stateIdle, stateHead:
 	default:
 		return
 	}
@@ -40,8 +43,7 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 			return
 		}
 	}
-	d.leavePark(c)
-	d.tryDispatch(c, now)
+	d.readHead(c, now)
 }
 
 // leavePark takes a parked connection off its timer list and counters.
@@ -121,6 +123,10 @@ func (d *dispatcher) closeConn(c *conn) {
 	if c.qlist != nil {
 		c.qlist.remove(c)
 	}
+	if c.ilist != nil {
+		c.ilist.remove(c)
+	}
+	d.dropHead(c)
 	if c.state == stateIdle {
 		d.idle--
 	}

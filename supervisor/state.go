@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -27,6 +28,7 @@ type dispatcher struct {
 	timers
 	workerSet
 	broker
+	headWatch
 
 	nextPing     time.Time
 	stopping     bool
@@ -130,6 +132,8 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		},
 	}
 	d.waiting.wait = true
+	d.headTimers.wait = true
+	d.peekBuf = make([]byte, headend.MaxHead)
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {
 		d.fdLimit = int(rl.Cur)

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 )
@@ -177,6 +178,13 @@ func (cs *connServer) leftover() []byte {
 	return append(out, rest...)
 }
 
+// pendingInput returns a copy of the held input without consuming it.
+func (cs *connServer) pendingInput() []byte {
+	b, _ := cs.br.Peek(cs.br.Buffered())
+	c := cs.d.GetCarried()
+	return append(append([]byte(nil), b...), c[len(c)-cs.carried.Len():]...)
+}
+
 // serve answers requests while input is buffered, up to pipelineRounds, and
 // returns what the supervisor should do with the connection.
 func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
@@ -188,6 +196,11 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 		cs.skipEmptyLines()
 		if cs.pending() == 0 {
 			return proto.Disposition_KEEP_ALIVE, nil, cs.requests
+		}
+		// The next request goes through the dispatcher's rule too: the
+		// worker never waits for the rest of a head; the supervisor does.
+		if rest := cs.pendingInput(); !headend.Decided(rest) {
+			return proto.Disposition_KEEP_ALIVE, rest, cs.requests
 		}
 		if round+1 >= pipelineRounds || cs.w.draining.Load() {
 			if cs.w.draining.Load() {

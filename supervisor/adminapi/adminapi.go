@@ -70,8 +70,15 @@ type Status struct {
 	AtWorkers  int      `json:"at_workers"`
 	Queued     int      `json:"queued"`
 	Waiting    int      `json:"waiting"`
-	Stopping   bool     `json:"stopping"`
-	Workers    []Worker `json:"workers"`
+	// HeadBytes is what the dispatcher holds of incomplete request heads.
+	HeadBytes int `json:"head_buffer_bytes"`
+	// Stress reports admission's stress mode, in which the first-byte and
+	// head timeouts (in force: the two fields after it) are shortened.
+	Stress                  bool     `json:"stress"`
+	FirstByteTimeoutSeconds float64  `json:"first_byte_timeout_seconds"`
+	HeadTimeoutSeconds      float64  `json:"head_timeout_seconds"`
+	Stopping                bool     `json:"stopping"`
+	Workers                 []Worker `json:"workers"`
 	// WorkerDeaths counts worker deaths since start by reason: seccomp,
 	// signal, exit, protocol, ping (only reasons seen are listed).
 	WorkerDeaths map[string]uint64 `json:"worker_deaths"`

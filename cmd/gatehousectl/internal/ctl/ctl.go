@@ -227,6 +227,12 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %d before a first request\n",
 		s.Pool, s.Share, s.AtWorkers, s.Waiting, s.Queued)
 	fmt.Fprintf(tw, "worker deaths\t%s\n", deathSummary(s.WorkerDeaths))
+	mode := "normal"
+	if s.Stress {
+		mode = "stress"
+	}
+	fmt.Fprintf(tw, "admission\t%s: first byte within %s, head within %s; %d bytes of incomplete heads held\n",
+		mode, secs(s.FirstByteTimeoutSeconds), secs(s.HeadTimeoutSeconds), s.HeadBytes)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -338,4 +344,9 @@ func safeJoin(ss []string) string {
 		out[i] = safe(s)
 	}
 	return strings.Join(out, " ")
+}
+
+// secs formats a number of seconds as a duration.
+func secs(s float64) string {
+	return (time.Duration(s * float64(time.Second))).String()
 }

@@ -1,0 +1,92 @@
+// Package headend finds where an HTTP/1.1 request head ends by looking at
+// bytes only. The supervisor uses it to hand a worker only connections whose
+// input holds a complete head, and the worker to return a connection whose
+// pipelined input holds only part of the next one; neither interprets a
+// header with it.
+//
+// It knows line endings and nothing else: a head is complete at its first
+// empty line (CRLF CRLF after the request line). Input a head parser refuses
+// whatever follows (a NUL, a CR not followed by LF, an LF without CR, too
+// many empty lines before the request line) is reported as Invalid, so the
+// caller passes it on at once for the parser to answer 400 instead of waiting
+// for an end that may never come. Non-goals: validating anything else,
+// bodies, TLS records.
+package headend
+
+// Status is what the bytes scanned so far say about the head.
+type Status uint8
+
+const (
+	// Incomplete: no end yet; wait for more input.
+	Incomplete Status = iota
+	// Complete: the head ends within the input.
+	Complete
+	// Invalid: the input can never start a valid head; answer it now.
+	Invalid
+)
+
+// MaxHead is the most input a head needs before a parser can decide about
+// it: four empty lines, a request line of 8192 bytes, a header section of
+// 32768 and the final CRLF (the worker's limits). Input this long without a
+// complete head is an oversized head; pass it on for the parser to answer
+// 414 or 431.
+const MaxHead = 2*maxLeadingEmpty + 8192 + 32768 + 2
+
+// maxLeadingEmpty is how many empty lines a head parser skips before the
+// request line (RFC 9112 §2.2 says at least one; the worker skips four).
+const maxLeadingEmpty = 4
+
+// Decided reports whether in, the input of a connection from the start of a
+// request, can be passed to the head parser without waiting for more: the
+// head is complete, invalid, or oversized.
+func Decided(in []byte) bool {
+	st, _ := Scan(in, 0)
+	return st != Incomplete || len(in) >= MaxHead
+}
+
+// Scan looks at in, the input of a connection from the start of a request,
+// from offset from: 0, or the resume offset a previous Scan returned for a
+// prefix of the same input, so that bytes are looked at once however the
+// input arrives. It returns the status and, for Complete, the length of the
+// head; for Incomplete, the offset to resume from once more input arrived.
+func Scan(in []byte, from int) (st Status, n int) {
+	// The empty lines a parser skips before the request line.
+	i := 0
+	for empties := 0; i+1 < len(in) && in[i] == '\r' && in[i+1] == '\n'; empties++ {
+		if empties == maxLeadingEmpty {
+			return Invalid, 0
+		}
+		i += 2
+	}
+	i = max(i, from)
+	for ; i < len(in); i++ {
+		switch in[i] {
+		case 0:
+			return Invalid, 0
+		case '\r':
+			if i+1 == len(in) {
+				return Incomplete, i
+			}
+			if in[i+1] != '\n' {
+				return Invalid, 0
+			}
+		case '\n':
+			if i == 0 || in[i-1] != '\r' {
+				return Invalid, 0
+			}
+			// A line ended; an empty line after it ends the head.
+			switch {
+			case i+1 == len(in):
+				return Incomplete, i
+			case in[i+1] != '\r':
+			case i+2 == len(in):
+				return Incomplete, i
+			case in[i+2] == '\n':
+				return Complete, i + 3
+			default:
+				return Invalid, 0
+			}
+		}
+	}
+	return Incomplete, len(in)
+}

@@ -1,0 +1,315 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
+	"golang.org/x/sys/unix"
+)
+
+// Complete heads only (docs/DESIGN.md §2.4): a worker receives a connection
+// only when its input holds a complete request head, one no parser would
+// accept, or one over the size caps. The dispatcher finds the end of a head
+// by looking at bytes (headend.Scan) and interprets nothing. The first look
+// is a recv(MSG_PEEK), which costs no copy when the head arrived whole, as it
+// almost always does; a head that did not is read into a buffer of its own
+// (at most headend.MaxHead bytes, counted in headBytes) and travels to the
+// worker as carried bytes, so each later wake-up reads only the new bytes.
+
+const (
+	// headTimeout bounds a head from its first byte, and headGap the silence
+	// between two of its bytes, as the worker bounds them.
+	headTimeout = 30 * time.Second
+	headGap     = 5 * time.Second
+	// headBudget bounds the bytes held in incomplete heads; over it the
+	// heaviest client's oldest incomplete connection is closed.
+	headBudget = 64 << 20
+	// stressDivisor shrinks the first-byte and head timeouts in stress mode
+	// (postscreen's stress mode).
+	stressDivisor = 5
+	// stressAfter is how long pressure lasts before stress mode starts, and
+	// calmAfter how long it must be gone before it ends.
+	stressAfter = time.Second
+	calmAfter   = 10 * time.Second
+)
+
+// canned408 is written, without blocking, to a connection whose head did not
+// arrive within the head deadline or the inter-byte gap.
+var canned408 = []byte("HTTP/1.1 408 Request Timeout\r\n" +
+	"Content-Type: text/plain; charset=utf-8\r\n" +
+	"Content-Length: 16\r\n" +
+	"Connection: close\r\n" +
+	"X-Content-Type-Options: nosniff\r\n" +
+	"\r\n" +
+	"request timeout\n")
+
+// headWatch is the dispatcher's state for incomplete heads and the admission
+// that cannot be locked. Owned by the loop.
+type headWatch struct {
+	gapTimers  connList // state head, by latest byte (t* links)
+	headTimers connList // state head, by first byte (q* links)
+	headBytes  int      // bytes held in incomplete heads
+	peekBuf    []byte   // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
+
+	// Stress mode: on while admission has been under pressure (the queued
+	// cap, the descriptor reserve or the head budget nearly reached, or
+	// connections closed to make room) for stressAfter, off after calmAfter
+	// without it.
+	stress        bool
+	pressureSince time.Time // zero while there is no pressure
+	lastPressure  time.Time
+	evictedAt     time.Time // the last time a connection was closed to make room
+
+	timeoutHead       uint64
+	timeoutGap        uint64
+	incompleteEvicted uint64
+	stressEntered     uint64
+	headsBuffered     uint64
+}
+
+// firstByteTimeout is the live first-byte timeout, shrunk in stress mode.
+func (d *dispatcher) firstByteTimeout() time.Duration {
+	if d.stress {
+		return max(d.cfg.Limits.FirstByteTimeout/stressDivisor, 200*time.Millisecond)
+	}
+	return d.cfg.Limits.FirstByteTimeout
+}
+
+// headTimeout is the live head deadline, shrunk in stress mode.
+func (d *dispatcher) headTimeout() time.Duration {
+	if d.stress {
+		return headTimeout / stressDivisor
+	}
+	return headTimeout
+}
+
+// Deadlines are computed from when each list's entries joined, with the live
+// timeout, so every list stays sorted when stress mode changes the timeout.
+func (d *dispatcher) freshDeadline(c *conn) time.Time { return c.accepted.Add(d.firstByteTimeout()) }
+func (d *dispatcher) headDeadline(c *conn) time.Time  { return c.firstByte.Add(d.headTimeout()) }
+func gapDeadline(c *conn) time.Time                   { return c.lastByte.Add(headGap) }
+
+// readHead looks at the input of a readable fresh, idle or head connection.
+// It dispatches the connection when its head is decided and otherwise keeps
+// it parked in state head.
+func (d *dispatcher) readHead(c *conn, now time.Time) {
+	if c.state != stateHead {
+		n, _, err := unix.Recvfrom(c.fd, d.peekBuf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			d.arm(c)
+			return
+		case err != nil || n == 0:
+			d.c.peerClosed++
+			d.closeConn(c)
+			return
+		}
+		if st, _ := headend.Scan(d.peekBuf[:n], 0); st != headend.Incomplete || n >= headend.MaxHead {
+			d.leavePark(c)
+			if c.ilist != nil {
+				c.ilist.remove(c)
+			}
+			d.tryDispatch(c, now)
+			return
+		}
+		// Part of a head: take it out of the socket, so later wake-ups
+		// read only what is new.
+		n, err = unix.Read(c.fd, d.peekBuf[:n])
+		if err != nil || n <= 0 {
+			d.closeConn(c)
+			return
+		}
+		d.leavePark(c)
+		d.startHead(c, d.peekBuf[:n], now)
+		d.arm(c)
+		return
+	}
+	n, err := unix.Read(c.fd, d.peekBuf[:headend.MaxHead-len(c.head)])
+	switch {
+	case err == unix.EAGAIN || err == unix.EINTR:
+		d.arm(c)
+		return
+	case err != nil || n == 0:
+		// The client closed or reset mid-head: nothing to answer.
+		d.c.peerClosed++
+		d.closeConn(c)
+		return
+	}
+	d.growHead(c, d.peekBuf[:n])
+	if d.headDecided(c, now) {
+		return
+	}
+	c.lastByte = now
+	d.gapTimers.remove(c)
+	d.gapTimers.push(c)
+	d.arm(c)
+}
+
+// startHead parks c in state head holding in, the first bytes of its next
+// request. The caller arms c or dispatches it.
+func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
+	// Room is made before c joins its client's incomplete connections, so
+	// c itself is never the one closed.
+	if c.ilist != nil {
+		c.ilist.remove(c)
+	}
+	for d.headBytes+len(in) > headBudget && d.evictIncomplete("head buffer budget") {
+	}
+	c.state = stateHead
+	c.head = nil
+	d.growHead(c, in)
+	c.headScan = 0
+	c.firstByte, c.lastByte = now, now
+	d.gapTimers.push(c)
+	d.headTimers.push(c)
+	c.client.incomplete.push(c)
+	d.headsBuffered++
+}
+
+// growHead appends in to c's head, keeping headBytes in step.
+func (d *dispatcher) growHead(c *conn, in []byte) {
+	d.headBytes -= cap(c.head)
+	c.head = append(c.head, in...)
+	d.headBytes += cap(c.head)
+}
+
+// dropHead forgets c's incomplete head, if any, and returns its bytes.
+func (d *dispatcher) dropHead(c *conn) []byte {
+	h := c.head
+	d.headBytes -= cap(h)
+	c.head = nil
+	c.headScan = 0
+	if c.qlist == &d.headTimers {
+		d.headTimers.remove(c)
+	}
+	if c.tlist == &d.gapTimers {
+		d.gapTimers.remove(c)
+	}
+	return h
+}
+
+// headDecided scans c's held head and dispatches c with it as carried bytes
+// when it is decided. It reports whether it did.
+func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
+	st, resume := headend.Scan(c.head, c.headScan)
+	if st == headend.Incomplete && len(c.head) < headend.MaxHead {
+		c.headScan = resume
+		return false
+	}
+	c.carried = d.dropHead(c)
+	if c.ilist != nil {
+		c.ilist.remove(c)
+	}
+	d.tryDispatch(c, now)
+	return true
+}
+
+// nextRequest routes a connection whose worker returned carried input: to a
+// worker when the input holds a decided head, else to state head to wait for
+// the rest under the same rule as a new request.
+func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
+	if headend.Decided(carried) {
+		c.carried = append([]byte(nil), carried...)
+		d.tryDispatch(c, now)
+		return
+	}
+	d.startHead(c, carried, now)
+	d.arm(c)
+}
+
+// expireHeads closes the connections whose head deadline or gap passed, with
+// a 408 written without blocking, as the canned 503 is.
+func (d *dispatcher) expireHeads(now time.Time) {
+	for c := d.gapTimers.head; c != nil && !now.Before(gapDeadline(c)); c = d.gapTimers.head {
+		d.timeoutGap++
+		d.timeout408(c, now)
+	}
+	for c := d.headTimers.head; c != nil && !now.Before(d.headDeadline(c)); c = d.headTimers.head {
+		d.timeoutHead++
+		d.timeout408(c, now)
+	}
+}
+
+func (d *dispatcher) timeout408(c *conn, now time.Time) {
+	d.dropHead(c)
+	if c.ilist != nil {
+		c.ilist.remove(c)
+	}
+	unix.Write(c.fd, canned408)
+	unix.Shutdown(c.fd, unix.SHUT_WR)
+	d.linger(c, now)
+}
+
+// headNextDeadline is the earliest deadline of the head lists, or zero.
+func (d *dispatcher) headNextDeadline() time.Time {
+	var next time.Time
+	if c := d.gapTimers.head; c != nil {
+		next = gapDeadline(c)
+	}
+	if c := d.headTimers.head; c != nil {
+		if t := d.headDeadline(c); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next
+}
+
+// evictIncomplete makes room (docs/DESIGN.md §2.2): it closes the oldest
+// connection that has not completed a head of the client key holding the
+// most of them. The newcomer is likelier legitimate than a connection that
+// has been dribbling for seconds. It reports whether it closed one.
+func (d *dispatcher) evictIncomplete(why string) bool {
+	var heaviest *client
+	for _, cl := range d.clients {
+		if cl.incomplete.n > 0 && (heaviest == nil || cl.incomplete.n > heaviest.incomplete.n) {
+			heaviest = cl
+		}
+	}
+	if heaviest == nil {
+		return false
+	}
+	c := heaviest.incomplete.head
+	d.incompleteEvicted++
+	d.evictedAt = time.Now()
+	d.logLimited("evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
+	d.dropHead(c)
+	d.closeConn(c)
+	return true
+}
+
+// underPressure reports whether admission is close to a bound: incomplete
+// connections near max_queued_connections, descriptors near the reserve,
+// held heads near their budget, or a connection closed to make room lately.
+func (d *dispatcher) underPressure(now time.Time) bool {
+	if q := d.cfg.Limits.MaxQueuedConnections; q > 0 && d.queued >= q*3/4 {
+		return true
+	}
+	if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.fdReserve >= d.fdLimit*7/8 {
+		return true
+	}
+	return d.headBytes >= headBudget*3/4 || now.Sub(d.evictedAt) < time.Second
+}
+
+// updateStress turns stress mode on after stressAfter of pressure and off
+// after calmAfter without it.
+func (d *dispatcher) updateStress(now time.Time) {
+	if d.underPressure(now) {
+		d.lastPressure = now
+		if d.pressureSince.IsZero() {
+			d.pressureSince = now
+		}
+		if !d.stress && now.Sub(d.pressureSince) >= stressAfter {
+			d.stress = true
+			d.stressEntered++
+			d.log.Warn("admission under sustained pressure: stress mode on",
+				"first_byte_timeout", d.firstByteTimeout(), "head_timeout", d.headTimeout())
+		}
+		return
+	}
+	d.pressureSince = time.Time{}
+	if d.stress && now.Sub(d.lastPressure) >= calmAfter {
+		d.stress = false
+		d.log.Info("admission pressure over: stress mode off",
+			"first_byte_timeout", d.firstByteTimeout(), "head_timeout", d.headTimeout())
+	}
+}
