@@ -43,7 +43,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 		return
 	}
 	l := d.listeners[i]
-	proxy := d.proxyListener(l.cfgAddr)
+	proxy := d.proxyListener(l.name)
 	for n := 0; n < acceptBatch; n++ {
 		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.fdReserve >= d.fdLimit &&
 			!d.evictIdle("descriptor reserve") && !d.evictIncomplete("descriptor reserve") {

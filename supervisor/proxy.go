@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"net/netip"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/proxyproto"
@@ -22,11 +21,11 @@ const (
 	refusedProxyMalformed = "proxy_malformed"
 )
 
-// proxyListener reports whether the listener bound for addr reads PROXY
-// headers in the live configuration.
-func (d *dispatcher) proxyListener(addr netip.AddrPort) bool {
+// proxyListener reports whether the listener named name reads PROXY headers
+// in the live configuration.
+func (d *dispatcher) proxyListener(name string) bool {
 	for _, l := range d.cfg.Listeners {
-		if l.Address == addr {
+		if l.Name == name {
 			return l.ProxyProtocol
 		}
 	}
