@@ -81,7 +81,8 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "mode"}, {Name: "seccomp_action"}, {Name: "chroot"}},
 	}
 	logSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "format"}, {Name: "level"}, {Name: "access_log"}, {Name: "log_client_addresses"}},
+		Attributes: []hcl.AttributeSchema{{Name: "format"}, {Name: "level"}, {Name: "access_log"}, {Name: "log_client_addresses"},
+			{Name: "access_log_path"}, {Name: "access_log_format"}, {Name: "access_log_buffer"}, {Name: "access_log_flush"}},
 	}
 )
 
@@ -165,6 +166,16 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 		enumAttr(d, attrs, "level", "log.level", []string{"trace", "debug", "info", "warn", "error"}, &cfg.Log.Level)
 		boolAttr(d, attrs, "access_log", "log.access_log", &cfg.Log.AccessLog)
 		boolAttr(d, attrs, "log_client_addresses", "log.log_client_addresses", &cfg.Log.ClientAddresses)
+		if p, rng, ok := stringAttr(d, attrs, "access_log_path", "log.access_log_path"); ok {
+			if strings.ContainsRune(p, 0) {
+				d.errorf(rng, "Invalid value", "log.access_log_path must be a file path or \"\" (standard error), got %q.", p)
+			} else if p != "" {
+				cfg.Log.AccessLogPath = resolve(cfg.BaseDir, p)
+			}
+		}
+		enumAttr(d, attrs, "access_log_format", "log.access_log_format", []string{"json", "combined"}, &cfg.Log.AccessLogFormat)
+		intAttr(d, attrs, "access_log_buffer", "log.access_log_buffer", 0, 1<<20, &cfg.Log.AccessLogBuffer)
+		durationAttr(d, attrs, "access_log_flush", "log.access_log_flush", 10*time.Millisecond, time.Minute, &cfg.Log.AccessLogFlush)
 	}
 }
 

@@ -190,6 +190,18 @@ type Log struct {
 	Level  string // "trace", "debug", "info" (default), "warn", "error"
 	// AccessLog writes a line per request (default true).
 	AccessLog bool
+	// AccessLogPath is the file the access log is appended to; "" (the
+	// default) is the supervisor's standard error. The supervisor opens it
+	// and reopens it on SIGUSR1 and on reload; workers write to it.
+	AccessLogPath string
+	// AccessLogFormat is "json" (default) or "combined".
+	AccessLogFormat string
+	// AccessLogBuffer is how many bytes of lines a worker gathers before it
+	// writes them (default 64 KiB, 0 writes every line at once).
+	AccessLogBuffer int
+	// AccessLogFlush bounds how long a line waits in a worker's buffer
+	// (default 1 s).
+	AccessLogFlush time.Duration
 	// ClientAddresses logs client keys whole; false masks them to /24
 	// (IPv4) or /48 (IPv6). Default true.
 	ClientAddresses bool

@@ -66,8 +66,9 @@ func defaults() Config {
 			ShutdownGrace:           DefaultShutdownGrace,
 			IPCMaxInFlightRequests:  DefaultIPCMaxInFlightRequests,
 		},
-		Sandbox:                Sandbox{Mode: "strict", SeccompAction: "kill"},
-		Log:                    Log{Format: "text", Level: "info", AccessLog: true, ClientAddresses: true},
+		Sandbox: Sandbox{Mode: "strict", SeccompAction: "kill"},
+		Log: Log{Format: "text", Level: "info", AccessLog: true, ClientAddresses: true,
+			AccessLogFormat: "json", AccessLogBuffer: 64 << 10, AccessLogFlush: time.Second},
 		IPv6ClientPrefixLength: DefaultIPv6ClientPrefixLength,
 		RateLimitEntries:       DefaultRateLimitEntries,
 	}

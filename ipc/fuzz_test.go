@@ -39,8 +39,11 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 	dispatch := frame(&proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{
 		ConnId: 19, HasFd: true, Peer: "[::1]:4000", ClientKey: "::/64",
 	}}})
+	accessLog := frame(&proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}})
 	return []fuzzSeed{
 		{"ready", ready, 0},
+		{"access-log-fd", accessLog, 1},
+		{"access-log-missing-fd", accessLog, 0},
 		{"done", done, 0},
 		{"done-linger", doneClose, 0},
 		{"pong", pong, 0},
@@ -120,7 +123,7 @@ func fuzzRecv(t *testing.T, rcv receiver, peer int, data []byte, sel byte) {
 	}
 
 	want := 0
-	if f.GetDispatch().GetHasFd() || f.GetDialReply().GetOk() {
+	if f.GetDispatch().GetHasFd() || f.GetDialReply().GetOk() || f.GetAccessLog() != nil {
 		want = 1
 	}
 	if nfds != want {

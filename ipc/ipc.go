@@ -71,6 +71,9 @@ func expectFDs(f *proto.Frame) int {
 	if r := f.GetDialReply(); r != nil && r.GetOk() {
 		return 1
 	}
+	if f.GetAccessLog() != nil {
+		return 1
+	}
 	return 0
 }
 

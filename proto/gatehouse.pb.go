@@ -170,6 +170,7 @@ type Frame struct {
 	//	*Frame_LogLevel
 	//	*Frame_Reclaim
 	//	*Frame_Reclaimed
+	//	*Frame_AccessLog
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -381,6 +382,15 @@ func (x *Frame) GetReclaimed() *Reclaimed {
 	return nil
 }
 
+func (x *Frame) GetAccessLog() *AccessLog {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_AccessLog); ok {
+			return x.AccessLog
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -463,6 +473,11 @@ type Frame_Reclaimed struct {
 	Reclaimed *Reclaimed `protobuf:"bytes,19,opt,name=reclaimed,proto3,oneof"`
 }
 
+type Frame_AccessLog struct {
+	// Supervisor notices (no reply), with one descriptor.
+	AccessLog *AccessLog `protobuf:"bytes,20,opt,name=access_log,json=accessLog,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -498,6 +513,8 @@ func (*Frame_LogLevel) isFrame_Body() {}
 func (*Frame_Reclaim) isFrame_Body() {}
 
 func (*Frame_Reclaimed) isFrame_Body() {}
+
+func (*Frame_AccessLog) isFrame_Body() {}
 
 // Dial asks the supervisor for a connection to a configured upstream. A
 // worker names an upstream, never a host or a port.
@@ -1061,6 +1078,46 @@ func (x *LogLevel) GetLevel() string {
 	return ""
 }
 
+// AccessLog gives the worker the access log's descriptor: exactly one
+// descriptor rides along, open for appending. The supervisor sends it after
+// Hello and again whenever it reopened the log (SIGUSR1, reload); the worker
+// writes what it buffered to the descriptor it had, then switches.
+type AccessLog struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessLog) Reset() {
+	*x = AccessLog{}
+	mi := &file_gatehouse_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessLog) ProtoMessage() {}
+
+func (x *AccessLog) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
+func (*AccessLog) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{12}
+}
+
 // Hello is the supervisor's first frame: who the worker is and what it serves.
 type Hello struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1077,7 +1134,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1146,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1159,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{12}
+	return file_gatehouse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Hello) GetWorkerId() uint32 {
@@ -1152,7 +1209,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1221,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1234,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{13}
+	return file_gatehouse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -1212,7 +1269,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1281,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1294,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{14}
+	return file_gatehouse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -1276,7 +1333,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1345,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1358,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{15}
+	return file_gatehouse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -1381,7 +1438,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1450,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1463,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{16}
+	return file_gatehouse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -1470,7 +1527,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1539,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1552,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{17}
+	return file_gatehouse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Response) GetStatus() uint32 {
@@ -1521,7 +1578,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1590,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1603,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{18}
+	return file_gatehouse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -1566,7 +1623,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1635,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1648,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{19}
+	return file_gatehouse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -1617,7 +1674,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1686,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,14 +1699,14 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{20}
+	return file_gatehouse_proto_rawDescGZIP(), []int{21}
 }
 
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xdd\a\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\x97\b\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -1676,7 +1733,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x10upstream_release\x18\x10 \x01(\v2\x1d.gatehouse.v1.UpstreamReleaseH\x00R\x0fupstreamRelease\x125\n" +
 	"\tlog_level\x18\x11 \x01(\v2\x16.gatehouse.v1.LogLevelH\x00R\blogLevel\x121\n" +
 	"\areclaim\x18\x12 \x01(\v2\x15.gatehouse.v1.ReclaimH\x00R\areclaim\x127\n" +
-	"\treclaimed\x18\x13 \x01(\v2\x17.gatehouse.v1.ReclaimedH\x00R\treclaimedB\x06\n" +
+	"\treclaimed\x18\x13 \x01(\v2\x17.gatehouse.v1.ReclaimedH\x00R\treclaimed\x128\n" +
+	"\n" +
+	"access_log\x18\x14 \x01(\v2\x17.gatehouse.v1.AccessLogH\x00R\taccessLogB\x06\n" +
 	"\x04body\"\"\n" +
 	"\x04Dial\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\"|\n" +
@@ -1707,7 +1766,8 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
 	"Overloaded\" \n" +
 	"\bLogLevel\x12\x14\n" +
-	"\x05level\x18\x01 \x01(\tR\x05level\"\x9a\x01\n" +
+	"\x05level\x18\x01 \x01(\tR\x05level\"\v\n" +
+	"\tAccessLog\"\x9a\x01\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\rR\bworkerId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x1f\n" +
@@ -1777,7 +1837,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Outcome)(0),            // 1: gatehouse.v1.Outcome
@@ -1793,24 +1853,25 @@ var file_gatehouse_proto_goTypes = []any{
 	(*StatsReply)(nil),      // 11: gatehouse.v1.StatsReply
 	(*Overloaded)(nil),      // 12: gatehouse.v1.Overloaded
 	(*LogLevel)(nil),        // 13: gatehouse.v1.LogLevel
-	(*Hello)(nil),           // 14: gatehouse.v1.Hello
-	(*SandboxLayer)(nil),    // 15: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 16: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 17: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 18: gatehouse.v1.Done
-	(*Response)(nil),        // 19: gatehouse.v1.Response
-	(*Ping)(nil),            // 20: gatehouse.v1.Ping
-	(*Pong)(nil),            // 21: gatehouse.v1.Pong
-	(*Drain)(nil),           // 22: gatehouse.v1.Drain
+	(*AccessLog)(nil),       // 14: gatehouse.v1.AccessLog
+	(*Hello)(nil),           // 15: gatehouse.v1.Hello
+	(*SandboxLayer)(nil),    // 16: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 17: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 18: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 19: gatehouse.v1.Done
+	(*Response)(nil),        // 20: gatehouse.v1.Response
+	(*Ping)(nil),            // 21: gatehouse.v1.Ping
+	(*Pong)(nil),            // 22: gatehouse.v1.Pong
+	(*Drain)(nil),           // 23: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	14, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	16, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	17, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	18, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	20, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	21, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	22, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	15, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	17, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	18, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	19, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	21, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	22, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	23, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
 	3,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
 	8,  // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
 	10, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
@@ -1822,15 +1883,16 @@ var file_gatehouse_proto_depIdxs = []int32{
 	13, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
 	6,  // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
 	7,  // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
-	15, // 18: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 19: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	1,  // 20: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	19, // 21: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	14, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
+	16, // 19: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 20: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	1,  // 21: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	20, // 22: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -1857,6 +1919,7 @@ func file_gatehouse_proto_init() {
 		(*Frame_LogLevel)(nil),
 		(*Frame_Reclaim)(nil),
 		(*Frame_Reclaimed)(nil),
+		(*Frame_AccessLog)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1864,7 +1927,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

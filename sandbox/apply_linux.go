@@ -45,7 +45,7 @@ func Apply(p Policy) ([]Layer, error) {
 	default:
 		layers = append(layers, applyIdentity(inInitNS, uidMap, uid, gid))
 	}
-	layers = append(layers, applyNoNewPrivs(), applyNotDumpable(), applyRlimits())
+	layers = append(layers, applyNoNewPrivs(), applyNotDumpable(), applyRlimits(p.AppendsFile))
 	switch {
 	case rootErr != nil:
 		layers = append(layers, Layer{Name: "landlock", Detail: rootErr.Error()})

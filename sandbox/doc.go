@@ -13,7 +13,8 @@
 //	identity      drop to an unprivileged uid/gid and clear every capability
 //	no_new_privs  PR_SET_NO_NEW_PRIVS on every thread
 //	dumpable      PR_SET_DUMPABLE 0
-//	rlimits       RLIMIT_CORE 0, RLIMIT_FSIZE 0, RLIMIT_NOFILE 4096
+//	rlimits       RLIMIT_CORE 0, RLIMIT_FSIZE 0 (unlimited for a worker given
+//	              an access log file to append to), RLIMIT_NOFILE 4096
 //	landlock      read-only access beneath the roots, no TCP bind/connect, scoped IPC
 //	seccomp       allow-list (see seccomp_linux.go), default kill-process, TSYNC
 //

@@ -51,8 +51,8 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 			return
 		}
 		if fd >= 0 {
-			// ipc admits a descriptor only on a Dispatch, which a worker
-			// never sends; close it before reporting the violation.
+			// ipc admits a descriptor only on frames a worker never
+			// sends; close it before reporting the violation.
 			unix.Close(fd)
 		}
 		if !d.frame(w, &f, now) || w.ch == nil || w.wantOut {

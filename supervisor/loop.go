@@ -153,6 +153,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.reload(m, now)
 	case dialResult:
 		d.dialed(m)
+	case accessLogMsg:
+		d.setAccessLog(m.fd)
 	case logLevelMsg:
 		d.logLevel = m.level
 		for _, w := range d.workers {

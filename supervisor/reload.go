@@ -22,7 +22,10 @@ var ErrNoConfigFile = errors.New("supervisor: no configuration file to reload")
 type reloadMsg struct {
 	spec  *workerSpec
 	added []listener // bound for addresses the old configuration lacked
-	reply chan error
+	// accessFD is the access log opened for the new configuration (-1:
+	// off); the loop owns it once the message is sent.
+	accessFD int
+	reply    chan error
 }
 
 // Reload reads the configuration file again (SIGHUP). An invalid file keeps
@@ -65,19 +68,33 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		}
 		added = append(added, listener{name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound})
 	}
+	// The access log is reopened on every reload, as on SIGUSR1: its path
+	// may have changed, or the file been rotated.
+	accessFD, err := openAccessLog(cfg.Log)
+	if err != nil {
+		for _, a := range added {
+			unix.Close(a.fd)
+		}
+		s.log.Error("reload failed; keeping the running configuration", "error", err)
+		return err
+	}
 	reply := make(chan error, 1)
 	select {
-	case s.msgs <- reloadMsg{spec: spec, added: added, reply: reply}:
+	case s.msgs <- reloadMsg{spec: spec, added: added, accessFD: accessFD, reply: reply}:
 		s.wake()
 	case <-ctx.Done():
 		for _, a := range added {
 			unix.Close(a.fd)
+		}
+		if accessFD >= 0 {
+			unix.Close(accessFD)
 		}
 		return ctx.Err()
 	}
 	if err := <-reply; err != nil {
 		return err
 	}
+	s.accessLog = cfg.Log
 	s.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	s.log.Info("configuration reloaded", "file", s.opts.ConfigPath)
 	return nil
@@ -88,6 +105,9 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	if d.stopping {
 		for _, l := range m.added {
 			unix.Close(l.fd)
+		}
+		if m.accessFD >= 0 {
+			unix.Close(m.accessFD)
 		}
 		m.reply <- errors.New("supervisor: shutting down")
 		return
@@ -100,6 +120,7 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 		cl.trusted = d.trusted(cl.key)
 	}
 	d.reloadListeners(m.added)
+	d.setAccessLog(m.accessFD)
 	d.setUpstreams()
 	d.limiter.max = d.cfg.RateLimitEntries
 

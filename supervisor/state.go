@@ -89,6 +89,9 @@ type workerSet struct {
 	// logLevel is the level set at run time ("" until then), which new
 	// workers get after Hello.
 	logLevel string
+	// accessFD is the access log workers get a duplicate of after Hello
+	// (-1: off).
+	accessFD int
 }
 
 // broker owns what workers ask the supervisor for: the upstream budgets
@@ -118,9 +121,10 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			clients: make(map[netip.Addr]*client),
 		},
 		workerSet: workerSet{
-			spec:  boot.spec,
-			pool:  boot.cfg.Workers.Pool(),
-			share: boot.cfg.Workers.Share(),
+			accessFD: boot.accessFD,
+			spec:     boot.spec,
+			pool:     boot.cfg.Workers.Pool(),
+			share:    boot.cfg.Workers.Share(),
 		},
 		broker: broker{
 			limiter:   newLimiter(boot.cfg.RateLimitEntries),

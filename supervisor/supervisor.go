@@ -61,7 +61,10 @@ type Supervisor struct {
 	log   hclog.Logger
 	start time.Time // immutable
 
-	reloadMu sync.Mutex // serialises Reload
+	reloadMu sync.Mutex // serialises Reload and ReopenAccessLog
+	// accessLog is the running configuration's log block, which
+	// ReopenAccessLog opens again. +checklocks:reloadMu
+	accessLog config.Log
 
 	// boot is what New prepared for the loop: the configuration, the worker
 	// spec and the bound listeners. Run hands it to the loop, which from
@@ -88,6 +91,7 @@ type loopInit struct {
 	cfg       *config.Config
 	spec      *workerSpec
 	listeners []listener
+	accessFD  int // the access log (-1: off)
 }
 
 // boundAddr is one listener's address as configured and as bound.
@@ -120,36 +124,53 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
 	s := &Supervisor{
-		boot:  loopInit{cfg: cfg},
-		opts:  opts,
-		log:   opts.Logger,
-		msgs:  make(chan any, 1024),
-		ready: make(chan struct{}),
-		start: time.Now(),
+		boot:      loopInit{cfg: cfg, accessFD: -1},
+		accessLog: cfg.Log,
+		opts:      opts,
+		log:       opts.Logger,
+		msgs:      make(chan any, 1024),
+		ready:     make(chan struct{}),
+		start:     time.Now(),
 	}
 	var err error
 	if s.boot.listeners, err = openListeners(cfg, opts.Inherited); err != nil {
 		return nil, err
 	}
 	s.publishListeners(s.boot.listeners)
+	// Opened before privileges drop, as the listeners: the log's directory
+	// may be writable by root only. Reopening needs the file to be
+	// writable by the configured user (logrotate's create mode and owner).
+	if s.boot.accessFD, err = openAccessLog(cfg.Log); err != nil {
+		s.closeListeners()
+		return nil, err
+	}
 	// With the listeners bound, the supervisor keeps no privilege it does
 	// not need: no_new_privs always, and the configured user when root.
 	// The workers' sandbox is then arranged as that user.
 	kept, err := sandbox.DropSupervisor(cfg.User)
 	if err != nil {
-		s.closeListeners()
+		s.closeEarly()
 		return nil, fmt.Errorf("dropping privileges: %w", err)
 	}
 	opts.Logger.Info("supervisor privileges", "kept", kept)
 	if s.boot.spec, err = newWorkerSpec(cfg, opts); err != nil {
-		s.closeListeners()
+		s.closeEarly()
 		return nil, err
 	}
 	if s.poller, err = poll.New(); err != nil {
-		s.closeListeners()
+		s.closeEarly()
 		return nil, err
 	}
 	return s, nil
+}
+
+// closeEarly closes what New opened, when it fails after opening the access
+// log.
+func (s *Supervisor) closeEarly() {
+	s.closeListeners()
+	if s.boot.accessFD >= 0 {
+		unix.Close(s.boot.accessFD)
+	}
 }
 
 func (s *Supervisor) closeListeners() {
@@ -184,7 +205,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.d = d
 	stop := context.AfterFunc(ctx, func() { s.post(stopMsg{}) })
 	defer stop()
-	return d.run()
+	err = d.run()
+	if d.accessFD >= 0 {
+		unix.Close(d.accessFD)
+	}
+	return err
 }
 
 // post hands a message to the loop and wakes it. It blocks while the queue is
@@ -267,7 +292,8 @@ func sandboxPolicy(cfg *config.Config) (sandbox.Policy, error) {
 			roots = append(roots, r.Static.Root)
 		}
 	}
-	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: roots, User: cfg.User, Chroot: cfg.Sandbox.Chroot}
+	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: roots, User: cfg.User, Chroot: cfg.Sandbox.Chroot,
+		AppendsFile: accessLogIsFile(cfg)}
 	return p, p.Validate()
 }
 

@@ -89,6 +89,9 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		Concurrency: uint32(cfg.Workers.Concurrency),
 		BaseDir:     cfg.BaseDir,
 	}}}, -1)
+	if cfg.Log.AccessLog {
+		d.sendAccessLog(w)
+	}
 	if d.logLevel != "" {
 		d.send(w, &proto.Frame{Body: &proto.Frame_LogLevel{LogLevel: &proto.LogLevel{Level: d.logLevel}}}, -1)
 	}

@@ -294,9 +294,5 @@ func (cs *connServer) writeError(status int, reason string, head *httphead.Head,
 	}
 	cs.bw.Flush()
 	cs.w.log.Debug("transport error", "status", status, "reason", reason)
-	method, path := "-", "-"
-	if head != nil {
-		method, path = head.Method, head.URL.Path
-	}
-	cs.record(cs.roundStart, method, path, status, int64(len(body)))
+	cs.record(cs.roundStart, head, status, int64(len(body)))
 }

@@ -317,7 +317,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		return false, proto.Disposition_LINGER
 	}
 	err = rw.finish()
-	cs.record(start, req.Method, req.URL.Path, rw.status, rw.written)
+	cs.record(start, head, rw.status, rw.written)
 	if err != nil {
 		cs.outcome = proto.Outcome_PEER_RESET
 		if isTimeout(err) {
@@ -467,13 +467,16 @@ func (h *headRecorder) Read(p []byte) (int, error) {
 }
 
 // record notes one response for the supervisor's metrics and the access log.
-func (cs *connServer) record(start time.Time, method, path string, status int, bytes int64) {
-	d := time.Since(start)
+// head is nil when the request never parsed.
+func (cs *connServer) record(start time.Time, head *httphead.Head, status int, bytes int64) {
+	end := time.Now()
+	d := end.Sub(start)
 	cs.responses = append(cs.responses, &proto.Response{Status: uint32(status), Micros: uint64(d.Microseconds())})
-	if cs.w.cfg.Log.AccessLog {
-		// The path without its query, which may hold tokens.
-		cs.w.access.Info("request", "method", method, "path", path, "status", status, "bytes", bytes,
-			"duration", d.String(), "client", cs.w.maskClient(cs.d.GetClientKey()))
+	if cs.w.access != nil {
+		e := entryFor(head)
+		e.end, e.dur, e.status, e.bytes = end, d, status, bytes
+		e.client, e.workerID = cs.w.maskClient(cs.d.GetClientKey()), cs.w.id
+		cs.w.access.add(&e)
 	}
 }
 

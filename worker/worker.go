@@ -26,7 +26,7 @@ const channelFD = 3
 // Worker serves the connections its supervisor dispatches.
 type Worker struct {
 	log    hclog.Logger
-	access hclog.Logger // the access log
+	access *accessLog // nil when the access log is off
 	ch     *ipc.Stream
 	roots  map[string]*os.Root // document roots opened before the sandbox closed; immutable
 
@@ -111,7 +111,11 @@ func Run(args []string, opts Options) int {
 	}
 	w.ch = ch
 	w.calls.ch = ch
-	if err := w.run(layers); err != nil {
+	err = w.run(layers)
+	if w.access != nil {
+		w.access.flush()
+	}
+	if err != nil {
 		log.Error("worker stopped", "error", err)
 		return 1
 	}
@@ -149,6 +153,11 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 				closeFD(fd)
 				return errors.New("Dispatch before Hello or without a descriptor")
 			}
+			if w.access != nil && !w.access.ready() {
+				// The supervisor sends the access log right after Hello.
+				closeFD(fd)
+				return errors.New("Dispatch before the access log's descriptor")
+			}
 			if int(w.active.Load()) >= w.conc {
 				closeFD(fd)
 				return errors.New("Dispatch over the worker's concurrency")
@@ -165,6 +174,12 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			w.calls.deliver(reply{f: f, fd: fd})
 		case *proto.Frame_Reclaim:
 			go w.reclaim(b.Reclaim.GetUpstream())
+		case *proto.Frame_AccessLog:
+			if w.access == nil {
+				closeFD(fd)
+				return errors.New("AccessLog before Hello or with the access log off")
+			}
+			w.access.setOut(os.NewFile(uintptr(fd), "access log"))
 		case *proto.Frame_LogLevel:
 			w.log.SetLevel(hclog.LevelFromString(b.LogLevel.GetLevel()))
 		case *proto.Frame_Drain:
@@ -199,8 +214,9 @@ func (w *Worker) hello(h *proto.Hello) error {
 	w.conc = max(1, int(h.GetConcurrency()))
 	w.calls.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
 	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
-	// The supervisor tags every relayed line with the worker's slot and pid.
-	w.access = w.log.Named("access")
+	if cfg.Log.AccessLog {
+		w.access = newAccessLog(cfg.Log.AccessLogFormat, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
+	}
 	return nil
 }
 

@@ -158,9 +158,10 @@ func TestSandboxLiveWorker(t *testing.T) {
 		t.Errorf("worker root lists %v (%v), want only %q", ents, err, top)
 	}
 	// Descriptors: 0–3, the client connection it serves, the document root
-	// it opened before the sandbox, and the Go runtime's own: its poller (an
-	// epoll instance and its wake-up eventfd) and the cgroup CPU limit files
-	// it opens at start to size GOMAXPROCS. Nothing else.
+	// it opened before the sandbox, the access log, and the Go runtime's
+	// own: its poller (an epoll instance and its wake-up eventfd) and the
+	// cgroup CPU limit files it opens at start to size GOMAXPROCS. Nothing
+	// else.
 	fdDir := fmt.Sprintf("/proc/%d/fd", w.PID)
 	// The supervisor counts the connection at the worker once it sent it;
 	// the worker may not have received it yet.
@@ -180,11 +181,16 @@ func TestSandboxLiveWorker(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The access log: a duplicate of the supervisor's (this test's)
+	// standard error.
+	accessLog, _ := os.Readlink("/proc/self/fd/2")
 	sockets := 0
 	for _, e := range ents {
 		target, _ := os.Readlink(filepath.Join(fdDir, e.Name()))
 		switch {
 		case e.Name() == "0" || e.Name() == "1" || e.Name() == "2":
+		case accessLog != "" && target == accessLog:
+			accessLog = "" // one descriptor only
 		case strings.HasPrefix(target, "socket:"):
 			sockets++
 		// The cgroup files were opened before the old root was detached,

@@ -140,7 +140,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	defer close(done)
@@ -153,6 +153,11 @@ func serve(cfg *config.Config, path string, log hclog.Logger) int {
 					// stays. Off this goroutine, so that a SIGTERM during a
 					// reload is not kept waiting.
 					go svc.reload(ctx)
+					continue
+				}
+				if sig == syscall.SIGUSR1 {
+					// Reopen the access log (logrotate); errors are logged.
+					go sup.ReopenAccessLog()
 					continue
 				}
 				if ctx.Err() == nil {
