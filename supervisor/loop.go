@@ -123,6 +123,9 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 		if w.state == workerDead && w.exited {
 			consider(w.retryAt)
 		}
+		if d.overstaysDrain(w) {
+			consider(w.drainDeadline)
+		}
 	}
 	if d.stopping {
 		consider(d.stopDeadline)
@@ -193,6 +196,12 @@ func (d *dispatcher) expire(now time.Time) {
 	}
 }
 
+// overstaysDrain reports whether w was drained while the supervisor keeps
+// running and is still alive, so that it is killed at its drain deadline.
+func (d *dispatcher) overstaysDrain(w *workerProc) bool {
+	return !d.stopping && w.drainAsked && !w.exited && w.proc != nil && !w.drainDeadline.IsZero()
+}
+
 // tick runs the periodic work: accept resumption, pings, respawns.
 func (d *dispatcher) tick(now time.Time) {
 	d.updateStress(now)
@@ -203,8 +212,12 @@ func (d *dispatcher) tick(now time.Time) {
 		}
 	}
 	for _, w := range d.workers {
-		if w.state == workerDead && w.exited && !d.stopping && !now.Before(w.retryAt) {
+		switch {
+		case w.state == workerDead && w.exited && !d.stopping && !now.Before(w.retryAt):
 			d.startWorker(w, now)
+		case d.overstaysDrain(w) && !now.Before(w.drainDeadline):
+			w.drainDeadline = time.Time{}
+			d.killWorker(w, "did not exit within shutdown_grace after Drain")
 		}
 	}
 	if now.Before(d.nextPing) {

@@ -113,9 +113,13 @@ func (d *dispatcher) linger(c *conn, now time.Time) {
 	d.arm(c)
 }
 
-// closeConn forgets a connection and closes the dispatcher's descriptor. It
-// deregisters before closing: a registration outliving its descriptor would
-// be stale for good while a worker still holds a duplicate.
+// closeConn forgets a connection, shuts it down and closes the dispatcher's
+// descriptor. It deregisters before closing: a registration outliving its
+// descriptor would be stale for good while a worker still holds a duplicate.
+// shutdown(SHUT_RDWR) acts on the connection, not the descriptor: the client
+// gets its FIN now, and a copy a compromised worker kept with dup() can
+// neither read nor inject another byte (close alone would leave the
+// connection open while any copy lives).
 func (d *dispatcher) closeConn(c *conn) {
 	if c.tlist != nil {
 		c.tlist.remove(c)
@@ -137,6 +141,7 @@ func (d *dispatcher) closeConn(c *conn) {
 		d.queued--
 	}
 	d.del(c.fd)
+	unix.Shutdown(c.fd, unix.SHUT_RDWR)
 	unix.Close(c.fd)
 	delete(d.conns, c.id)
 	cl := c.client

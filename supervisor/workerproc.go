@@ -49,6 +49,11 @@ type workerProc struct {
 	// drainAsked is true once the current process was sent Drain: its
 	// exit is expected, not a death.
 	drainAsked bool
+	// drainDeadline is when a worker drained while the supervisor keeps
+	// running (recycling, reload) is killed if it has not exited: a
+	// compromised worker that ignores Drain keeps no copy of a client
+	// descriptor past shutdown_grace.
+	drainDeadline time.Time
 	// reportedReady is true once the current process sent Ready.
 	reportedReady bool
 	ch            *ipc.Conn // nil while no process is attached

@@ -38,6 +38,7 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.slots = ipc.NewInFlight(w.spec.cfg.Limits.IPCMaxInFlightRequests)
 	w.killedFor = ""
 	w.drainAsked = false
+	w.drainDeadline = time.Time{}
 	w.reportedReady = false
 	go d.s.spawnWorker(w.slot, w.gen, w.spec)
 }
@@ -231,6 +232,7 @@ func (d *dispatcher) drainWorker(w *workerProc) {
 	}
 	w.state = workerDraining
 	w.drainAsked = true
+	w.drainDeadline = time.Now().Add(d.cfg.Limits.ShutdownGrace)
 	d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{}}}, -1)
 }
 

@@ -145,6 +145,8 @@ var requestModes = map[string]func() int{
 	"loud":  loudWorker,
 	// A Ready whose sandbox layer names hold control bytes.
 	"forged-layers": forgedLayersWorker,
+	// Keeps a dup() of every client descriptor and writes into it later.
+	"dup-keeper": dupKeeperWorker,
 }
 
 // The names the request modes use; the tests configure them.
