@@ -90,18 +90,25 @@ var (
 // bytes on OpenBSD (108 on Linux), including the terminating NUL.
 const maxSocketPath = 103
 
-func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
+func (d *decoder) root(body hcl.Body, cfg *Config) {
 	content, diags := body.Content(rootSchema)
 	d.add(diags)
 
 	intAttr(d, content.Attributes, "ipv6_client_prefix_length", "ipv6_client_prefix_length", 1, 128, &cfg.IPv6ClientPrefixLength)
 	d.trustedProxies(content.Attributes, cfg)
+	userRange := body.MissingItemRange()
+	userOK := true
 	if s, rng, ok := stringAttr(d, content.Attributes, "user", "user"); ok {
+		userRange = rng
 		if s == "" || strings.ContainsAny(s, " :/") || hasCTL(s) {
 			d.errorf(rng, "Invalid value", "user must be an account name, got %q.", s)
+			userOK = false
 		} else {
 			cfg.User = s
 		}
+	}
+	if d.host != nil && userOK {
+		d.checkUser(cfg.User, userRange)
 	}
 
 	blocks := content.Blocks.ByType()
@@ -121,7 +128,7 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 	}
 	prefixes := map[string]hcl.Range{}
 	for _, b := range blocks["route"] {
-		d.route(b, cfg, prefixes, opt)
+		d.route(b, cfg, prefixes)
 	}
 	if len(blocks["route"]) == 0 {
 		d.errorf(body.MissingItemRange(), "Missing route block",
@@ -157,6 +164,9 @@ func (d *decoder) root(body hcl.Body, cfg *Config, opt ParseOptions) {
 				d.errorf(rng, "Invalid value", "sandbox.chroot must be a directory path, got %q.", dir)
 			} else {
 				cfg.Sandbox.Chroot = resolve(cfg.BaseDir, dir)
+				if d.host != nil {
+					d.checkChroot(cfg.Sandbox.Chroot, rng)
+				}
 			}
 		}
 	}
@@ -328,6 +338,9 @@ func (d *decoder) admin(b *hcl.Block, a *Admin, base string) {
 	if len(p) > maxSocketPath {
 		d.errorf(rng, "Invalid value", "admin.socket %q is %d bytes long; a Unix socket path may be at most %d.", p, len(p), maxSocketPath)
 		return
+	}
+	if d.host != nil {
+		d.checkSocketDir(p, rng)
 	}
 	a.Socket = p
 }

@@ -41,10 +41,11 @@ const DefaultFilename = "default.hcl"
 // Default returns the built-in configuration: listener "http" on
 // 127.0.0.1:8080, route "/" serving the static root "examples/www" and route
 // "/healthz" answering 200 "ok\n". Relative paths resolve against the current
-// working directory, which is not checked: the root may not exist there.
+// working directory and the host checks apply, so run elsewhere than in the
+// source tree it fails: its root does not exist there.
 // Its Source holds the built-in text, so workers re-parse it like any file.
 func Default() (*Config, error) {
-	return Parse(defaultSource, DefaultFilename, ParseOptions{SkipFSChecks: true})
+	return Parse(defaultSource, DefaultFilename, ParseOptions{})
 }
 
 // defaults returns a Config holding the default of every key.

@@ -16,21 +16,32 @@ type ParseOptions struct {
 	// against; "" means the current working directory, and a relative
 	// BaseDir is made absolute first.
 	BaseDir string
-	// SkipFSChecks skips the checks that need the file system (a static root
-	// exists and is a directory). A sandboxed worker, which cannot see the
-	// supervisor's file system, sets it when re-parsing Config.Source.
+	// SkipFSChecks skips the checks of the host a worker must start on
+	// (host.go): the workers' account exists and is unprivileged and can
+	// read every static root, the embedded handlers exist, the chroot is an
+	// empty directory, the admin socket's directory exists. A sandboxed
+	// worker, which cannot see the supervisor's file system, sets it when
+	// re-parsing Config.Source.
 	SkipFSChecks bool
+	// Handlers are the names of the embedded handlers the worker program
+	// has (worker.Options.Handlers); an embedded block naming another is an
+	// error unless SkipFSChecks is set.
+	Handlers []string
 }
 
-// Load reads and parses the file at path. Relative paths in it resolve
-// against the current working directory, and every static root must exist
-// and be a directory. Problems in the file are returned as an *Error.
-func Load(path string) (*Config, error) {
+// Load reads and parses the file at path for a worker program without
+// embedded handlers. Relative paths in it resolve against the current working
+// directory, and the host checks apply. Problems in the file are returned as
+// an *Error.
+func Load(path string) (*Config, error) { return LoadWith(path, ParseOptions{}) }
+
+// LoadWith is Load with options: an embedding program's handler names.
+func LoadWith(path string, opt ParseOptions) (*Config, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
-	return Parse(src, path, ParseOptions{})
+	return Parse(src, path, opt)
 }
 
 // Parse parses src as if read from filename, which appears in every error
@@ -52,7 +63,10 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 	cfg.Filename = filename
 	cfg.BaseDir = base
 	d := &decoder{diags: diags}
-	d.root(file.Body, &cfg, opt)
+	if !opt.SkipFSChecks {
+		d.host = &hostChecks{handlers: opt.Handlers}
+	}
+	d.root(file.Body, &cfg)
 	if d.diags.HasErrors() {
 		return nil, newError(d.diags, file)
 	}

@@ -528,6 +528,7 @@ func TestDuplicateBlocks(t *testing.T) {
 }
 
 func TestDefault(t *testing.T) {
+	t.Chdir("..") // the source tree's root, where examples/www is
 	cfg, err := Default()
 	if err != nil {
 		t.Fatal(err)
@@ -558,7 +559,7 @@ func TestDefault(t *testing.T) {
 }
 
 func TestStaticRoot(t *testing.T) {
-	base := t.TempDir()
+	base := readableTempDir(t)
 	if err := os.Mkdir(filepath.Join(base, "www"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -621,7 +622,7 @@ func mustParseOpt(tb testing.TB, src string, opt ParseOptions) *Config {
 }
 
 func TestLoad(t *testing.T) {
-	dir := t.TempDir()
+	dir := readableTempDir(t)
 	t.Chdir(dir)
 	if err := os.Mkdir("www", 0o755); err != nil {
 		t.Fatal(err)

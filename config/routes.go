@@ -15,7 +15,7 @@ import (
 
 // route decodes one route block; prefixes maps the prefixes of earlier route
 // blocks to where they are.
-func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range, opt ParseOptions) {
+func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range) {
 	prefix := b.Labels[0]
 	r := Route{Prefix: prefix}
 	ok := true
@@ -51,7 +51,7 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	}
 	switch h := handlers[0]; h.Type {
 	case "static":
-		r.Static = d.static(h, name, cfg.BaseDir, opt)
+		r.Static = d.static(h, name, cfg.BaseDir)
 	case "respond":
 		r.Respond = d.respond(h, name)
 	case "proxy":
@@ -66,7 +66,7 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	}
 }
 
-func (d *decoder) static(b *hcl.Block, route, base string, opt ParseOptions) *Static {
+func (d *decoder) static(b *hcl.Block, route, base string) *Static {
 	attrs := d.attrs(b, staticSchema)
 	s := &Static{Index: defaultIndex, DefaultType: DefaultStaticType, Precompressed: true, MaxRanges: DefaultMaxRanges}
 	ok := true
@@ -79,11 +79,8 @@ func (d *decoder) static(b *hcl.Block, route, base string, opt ParseOptions) *St
 		ok = false
 	default:
 		s.Root = resolve(base, root)
-		if !opt.SkipFSChecks {
-			if err := checkDir(s.Root); err != nil {
-				d.errorf(rng, "Invalid static root", "%s: static.root %s.", route, err)
-				ok = false
-			}
+		if d.host != nil && !d.checkRoot(route, s.Root, rng) {
+			ok = false
 		}
 	}
 	if index, rng, found := stringAttr(d, attrs, "index", route+": static.index"); found {

@@ -303,6 +303,9 @@ func (d *decoder) embedded(b *hcl.Block, route string) *Embedded {
 		d.errorf(rng, "Invalid value", "%s: embedded.name is a token such as \"app\", got %q.", route, name)
 		return nil
 	}
+	if d.host != nil && !d.checkEmbedded(route, name, rng) {
+		return nil
+	}
 	return &Embedded{Name: name}
 }
 

@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -34,9 +33,6 @@ const (
 	adminMaxConns = 16
 	// adminSocketMode is the admin socket's file mode (docs/DESIGN.md §6.3).
 	adminSocketMode = 0o600
-	// adminDirMode is the mode of the socket's directory when the
-	// supervisor has to create it.
-	adminDirMode = 0o750
 	// adminReloadTimeout bounds a reload asked on the admin socket.
 	adminReloadTimeout = time.Minute
 )
@@ -85,16 +81,14 @@ type AdminServer struct {
 // now, never the account it drops to (the workers' account).
 //
 // A socket file already at the path is removed only when nothing answers on
-// it. A missing directory is created with mode 0750.
+// it. The directory must exist: root creating it would leave it behind
+// (systemd's RuntimeDirectory= or the package creates it).
 func ListenAdmin(opts AdminOptions) (*AdminServer, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.Default()
 	}
 	fail := func(err error) (*AdminServer, error) {
 		return nil, fmt.Errorf("%w: admin socket %s: %w", ErrBind, opts.Path, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(opts.Path), adminDirMode); err != nil {
-		return fail(err)
 	}
 	if err := removeStaleSocket(opts.Path); err != nil {
 		return fail(err)

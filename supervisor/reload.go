@@ -39,7 +39,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	if s.opts.ConfigPath == "" {
 		return ErrNoConfigFile
 	}
-	cfg, err := config.Load(s.opts.ConfigPath)
+	cfg, err := config.LoadWith(s.opts.ConfigPath, config.ParseOptions{Handlers: s.opts.Handlers})
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err

@@ -44,6 +44,10 @@ type Options struct {
 	WorkerPath string
 	// WorkerArgs are its arguments. Default: ["worker"].
 	WorkerArgs []string
+	// Handlers are the names of the embedded handlers the worker program
+	// serves (worker.Options.Handlers), against which Reload checks the
+	// file's embedded blocks, as the caller's config.LoadWith did at start.
+	Handlers []string
 	// ConfigPath is the file Reload reads again; "" when the configuration
 	// is the built-in one, which cannot be reloaded.
 	ConfigPath string

@@ -36,11 +36,11 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		var h http.Handler
 		switch {
 		case r.Static != nil:
-			root := roots[r.Static.Root]
-			if root == nil {
-				return nil, fmt.Errorf("route %q: document root %s was not opened before the sandbox", r.Prefix, r.Static.Root)
+			if root := roots[r.Static.Root]; root != nil {
+				h = static.New(r.Prefix, root, r.Static, w.log.Named("static"))
+			} else {
+				h = rootUnavailable() // logged when it failed to open
 			}
-			h = static.New(r.Prefix, root, r.Static, w.log.Named("static"))
 		case r.Respond != nil:
 			h = newRespond(r.Respond)
 		case r.Proxy != nil:
@@ -111,6 +111,16 @@ func untypedStaysUntyped(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header()["Content-Type"] = nil
 		h.ServeHTTP(w, r)
+	})
+}
+
+// rootUnavailable answers a static route whose document root could not be
+// opened when the worker started: 503, as for any part of the site that
+// cannot serve now, without naming the path.
+func rootUnavailable() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "60")
+		http.Error(w, "document root unavailable", http.StatusServiceUnavailable)
 	})
 }
 

@@ -71,14 +71,20 @@ func Run(args []string, opts Options) int {
 	w := &Worker{log: log, opts: opts, roots: make(map[string]*os.Root)}
 	// Document roots are opened before the sandbox closes; afterwards the
 	// worker reaches files only through these descriptors.
+	var opened []string
 	for _, path := range policy.Roots {
 		r, err := os.OpenRoot(path)
 		if err != nil {
-			log.Error("opening document root", "root", path, "error", err)
-			return 1
+			// A root gone since the supervisor checked the configuration
+			// costs its own routes a 503, not the worker: the sandbox is
+			// built around the roots that opened.
+			log.Error("document root unavailable; its routes answer 503", "root", path, "error", err)
+			continue
 		}
 		w.roots[path] = r
+		opened = append(opened, path)
 	}
+	policy = policy.WithRoots(opened...)
 	applied, err := sandbox.Apply(policy)
 	if err != nil {
 		log.Error("sandbox not applied; refusing to serve", "error", err)

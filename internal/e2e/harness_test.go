@@ -68,7 +68,7 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	cfg, err := config.Parse([]byte(src), path, config.ParseOptions{BaseDir: dir})
+	cfg, err := config.Parse([]byte(src), path, config.ParseOptions{BaseDir: dir, Handlers: testHandlerNames()})
 	if err != nil {
 		tb.Fatalf("config: %v\n%s", err, src)
 	}
@@ -77,7 +77,7 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	if len(workerArgs) == 0 {
 		workerArgs = []string{"worker"}
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerArgs: workerArgs, ConfigPath: path})
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerArgs: workerArgs, ConfigPath: path, Handlers: testHandlerNames()})
 	if err != nil {
 		tb.Fatalf("supervisor.New: %v", err)
 	}

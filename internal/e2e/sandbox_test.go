@@ -22,6 +22,16 @@ func testHandlers() map[string]http.Handler {
 	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler)}
 }
 
+// testHandlerNames are the names of testHandlers, for the configuration's
+// check of embedded blocks.
+func testHandlerNames() []string {
+	var names []string
+	for name := range testHandlers() {
+		names = append(names, name)
+	}
+	return names
+}
+
 // attack tries what a compromised worker would, as named by ?try=, and
 // reports the errno when it survives.
 func attack(w http.ResponseWriter, r *http.Request) {

@@ -68,6 +68,11 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gatehouse: %v\n", err)
+		if !*check {
+			// A service manager shows why the unit never became ready.
+			log := hclog.New(&hclog.LoggerOptions{Name: "gatehouse", Output: stderr})
+			newNotifier(log).status(failedStatus(err))
+		}
 		return ExitConfig
 	}
 	if *check {
@@ -86,40 +91,43 @@ func Main(args []string, stderr io.Writer) int {
 // serve runs the supervisor for cfg until a signal or a drain, and returns the
 // exit status.
 func serve(cfg *config.Config, path string, log hclog.Logger) int {
+	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace}
+	// fail reports a startup failure in the log and on the STATUS= line;
+	// READY=1 is never sent.
+	fail := func(code int, err error) int {
+		log.Error("starting", "error", err)
+		svc.notify.status(failedStatus(err))
+		return code
+	}
 	// Socket activation: the init system's sockets replace the bindings of
 	// the listeners they match. ListenFDs unsets LISTEN_* either way.
 	socks, err := supervisor.ListenFDs()
 	if err != nil {
-		log.Error("starting", "error", err)
-		return ExitBind
+		return fail(ExitBind, err)
 	}
 	inherited, err := supervisor.MatchInherited(cfg, socks)
 	if err != nil {
-		log.Error("starting", "error", err)
-		return ExitBind
+		return fail(ExitBind, err)
 	}
-	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace}
 	// The admin socket is created before New, which may drop privileges to
 	// the configured user; it is served once the supervisor exists.
 	var adm *supervisor.AdminServer
 	if cfg.Admin.Socket != "" {
 		adm, err = supervisor.ListenAdmin(supervisor.AdminOptions{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain})
 		if err != nil {
-			log.Error("starting", "error", err)
 			for _, fd := range inherited {
 				syscall.Close(fd)
 			}
-			return ExitBind
+			return fail(ExitBind, err)
 		}
 		defer adm.Close()
 	}
 	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, ConfigPath: path, Inherited: inherited})
 	if err != nil {
-		log.Error("starting", "error", err)
 		if errors.Is(err, supervisor.ErrBind) {
-			return ExitBind
+			return fail(ExitBind, err)
 		}
-		return ExitError
+		return fail(ExitError, err)
 	}
 	svc.sup = sup
 	for i, a := range sup.Addrs() {
@@ -178,6 +186,9 @@ func serve(cfg *config.Config, path string, log hclog.Logger) int {
 	}
 	return ExitOK
 }
+
+// failedStatus is the STATUS= line of a gatehouse that could not start.
+func failedStatus(err error) string { return "failed to start: " + oneLine(err.Error()) }
 
 // service ties the supervisor to the init system: the notifications around
 // reloads and stops.

@@ -1,0 +1,171 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/gatehouse-dev/gatehouse/sandbox"
+	"github.com/hashicorp/hcl/v2"
+	"golang.org/x/sys/unix"
+)
+
+// Host checks: a configuration on which no worker can start is an error,
+// not a crash loop. Load (and Parse without SkipFSChecks) checks what the
+// host must hold for a worker to start: the workers' account exists and is
+// unprivileged, it can read every static root, the embedded handlers named
+// exist in the worker program, a configured chroot is an empty directory and
+// the admin socket's directory exists.
+
+// hostChecks is the decoder's state for the host checks.
+type hostChecks struct {
+	// account is the workers' host account; nil when it could not be
+	// resolved (that is reported at the user key).
+	account  *sandbox.Account
+	handlers []string // embedded handler names the worker program has
+}
+
+// checkUser resolves the workers' account from cfg.User (rng: where user is
+// set, or the file's start for the default).
+func (d *decoder) checkUser(user string, rng hcl.Range) {
+	if user != "" {
+		if _, _, err := sandbox.LookupUser(user); err != nil {
+			d.errorf(rng, "Unknown user", "user %q: %s.", user, strings.TrimPrefix(err.Error(), "sandbox: "))
+			return
+		}
+	}
+	acct, err := sandbox.WorkerAccount(user)
+	if err != nil {
+		d.errorf(rng, "Invalid user", "user %q: %s.", user, strings.TrimPrefix(err.Error(), "sandbox: "))
+		return
+	}
+	d.host.account = &acct
+}
+
+// checkRoot reports a static root the workers cannot open.
+func (d *decoder) checkRoot(route, root string, rng hcl.Range) bool {
+	if err := checkDir(root); err != nil {
+		d.errorf(rng, "Invalid static root", "%s: static.root %s.", route, err)
+		return false
+	}
+	if d.host.account == nil {
+		return true
+	}
+	if err := canRead(root, *d.host.account); err != nil {
+		d.errorf(rng, "Unreadable static root", "%s: static.root %q cannot be opened by the workers' account %s: %s.", route, root, d.host.account, err)
+		return false
+	}
+	return true
+}
+
+// checkEmbedded reports an embedded handler the worker program lacks.
+func (d *decoder) checkEmbedded(route, name string, rng hcl.Range) bool {
+	if slices.Contains(d.host.handlers, name) {
+		return true
+	}
+	have := "has no embedded handlers"
+	if len(d.host.handlers) > 0 {
+		have = "has only " + strings.Join(d.host.handlers, ", ")
+	}
+	d.errorf(rng, "Unknown embedded handler", "%s: embedded.name %q names no handler of this program, which %s.", route, name, have)
+	return false
+}
+
+// checkChroot reports a chroot that is not an existing empty directory.
+func (d *decoder) checkChroot(dir string, rng hcl.Range) {
+	if err := checkDir(dir); err != nil {
+		d.errorf(rng, "Invalid chroot", "sandbox.chroot %s; it must be an existing empty directory.", err)
+		return
+	}
+	f, err := os.Open(dir)
+	if err == nil {
+		_, err = f.Readdirnames(1)
+		f.Close()
+		if err == nil {
+			d.errorf(rng, "Invalid chroot", "sandbox.chroot %q is not empty; it must be an existing empty directory.", dir)
+			return
+		}
+		if err == io.EOF {
+			err = nil
+		}
+	}
+	if err != nil {
+		d.errorf(rng, "Invalid chroot", "sandbox.chroot %q: %v.", dir, err)
+	}
+}
+
+// checkSocketDir reports an admin socket whose directory does not exist:
+// gatehouse creates no directories.
+func (d *decoder) checkSocketDir(path string, rng hcl.Range) {
+	if err := checkDir(filepath.Dir(path)); err != nil {
+		d.errorf(rng, "Invalid admin socket", "admin.socket %q: its directory %s; gatehouse does not create it.", path, err)
+	}
+}
+
+// canRead reports whether acct can search every directory leading to dir
+// and read and search dir itself, or an error naming the directory that
+// stops it with its mode and owner. For the supervisor's own account the
+// kernel decides (access(2)); for another, the permission bits do, as for a
+// process of that uid and gid without supplementary groups (a worker's).
+func canRead(dir string, acct sandbox.Account) error {
+	dir = filepath.Clean(dir)
+	var paths []string
+	for p := dir; ; p = filepath.Dir(p) {
+		paths = append(paths, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	slices.Reverse(paths)
+	for i, p := range paths {
+		need, verb := uint32(unix.X_OK), "search"
+		if i == len(paths)-1 {
+			need, verb = unix.R_OK|unix.X_OK, "list and search"
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return fmt.Errorf("%q: %v", p, err)
+		}
+		if allowed(p, fi, acct, need) {
+			continue
+		}
+		owner := ""
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner = fmt.Sprintf(", owner %d:%d", st.Uid, st.Gid)
+		}
+		return fmt.Errorf("directory %q has mode %04o%s, which does not let it %s", p, fi.Mode().Perm(), owner, verb)
+	}
+	return nil
+}
+
+// allowed applies the permission bits of fi for need (R_OK, X_OK bits).
+func allowed(path string, fi os.FileInfo, acct sandbox.Account, need uint32) bool {
+	if acct.Name == "" {
+		return unix.Access(path, need) == nil
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true // no owner to check against: leave it to the worker
+	}
+	perm := uint32(fi.Mode().Perm())
+	var bits uint32
+	switch {
+	case int(st.Uid) == acct.UID:
+		bits = perm >> 6
+	case int(st.Gid) == acct.GID:
+		bits = perm >> 3
+	default:
+		bits = perm
+	}
+	return bits&need == need
+}
