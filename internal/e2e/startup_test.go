@@ -64,9 +64,9 @@ func TestStartupRefusesUnstartableConfigs(t *testing.T) {
 				"default.hcl:10,", `static.root "` + filepath.Join(dir, "examples", "www") + `": no such file or directory`,
 			}
 		}, nil},
-		{"admin-socket-missing-dir", func(t *testing.T, dir string) (string, []string) {
-			return listener + ok + "admin {\n  socket = \"run/gatehouse/admin.sock\"\n}\n", []string{
-				"gatehouse.hcl:10,", `admin.socket "` + filepath.Join(dir, "run", "gatehouse", "admin.sock") + `"`, "does not create it",
+		{"admin-dir", func(t *testing.T, dir string) (string, []string) {
+			return listener + ok + "admin {\n  socket = \"run/gh/admin.sock\"\n}\n", []string{
+				"gatehouse.hcl:10,", `admin.socket "` + filepath.Join(dir, "run", "gh", "admin.sock") + `"`, "does not create it",
 			}
 		}, func(t *testing.T, dir string) {
 			if _, err := os.Stat(filepath.Join(dir, "run")); !errors.Is(err, os.ErrNotExist) {
