@@ -360,7 +360,7 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 		return adminapi.Reply{Error: fmt.Sprintf("usage: %s", usage)}
 	}
 	switch req.Command {
-	case adminapi.CmdStatus, adminapi.CmdWorkers, adminapi.CmdConns, adminapi.CmdMetrics:
+	case adminapi.CmdStatus, adminapi.CmdWorkers, adminapi.CmdConns, adminapi.CmdMetrics, adminapi.CmdUpstreams:
 		if !noArgs() {
 			return argErr(req.Command)
 		}
@@ -376,6 +376,8 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 			return adminapi.Reply{Workers: workersOf(snap)}
 		case adminapi.CmdConns:
 			return adminapi.Reply{Conns: connsOf(snap)}
+		case adminapi.CmdUpstreams:
+			return adminapi.Reply{Upstreams: upstreamsOf(snap)}
 		default:
 			var buf bytes.Buffer
 			if err := snap.WritePrometheus(&buf); err != nil {

@@ -83,3 +83,21 @@ func topClients(snap Snapshot, n int) []adminapi.Client {
 	}
 	return out
 }
+
+func upstreamsOf(snap Snapshot) []adminapi.Upstream {
+	out := make([]adminapi.Upstream, 0, len(snap.Upstreams))
+	for _, u := range snap.Upstreams {
+		au := adminapi.Upstream{
+			Name: u.Name, MaxConnections: u.MaxConnections, Share: u.Share, Held: u.Held, Dialing: u.Dialing,
+			Waiting: u.Waiting, Reclaims: u.Reclaims, ShareRefused: u.ShareRefused, Addresses: []adminapi.UpstreamAddress{},
+		}
+		for _, a := range u.Addresses {
+			au.Addresses = append(au.Addresses, adminapi.UpstreamAddress{
+				Address: a.Address, State: a.State, Fails: a.Fails, Dials: a.Dials, Failures: a.Failures,
+				DownForSeconds: a.DownFor.Seconds(), LastError: a.LastError,
+			})
+		}
+		out = append(out, au)
+	}
+	return out
+}

@@ -110,6 +110,34 @@ type Snapshot struct {
 	// Deaths counts worker deaths by reason and signal; they sum to
 	// Counters["worker_deaths"].
 	Deaths []DeathCount
+	// Upstreams are the configured upstreams, by name.
+	Upstreams []UpstreamInfo
+}
+
+// UpstreamInfo is one upstream's budget and addresses.
+type UpstreamInfo struct {
+	Name           string
+	MaxConnections int
+	Share          int // connections one worker may hold
+	Held           int // given to workers (in use or idle in their pools)
+	Dialing        int
+	Waiting        int    // dials waiting for reclaimed connections
+	Reclaims       uint64 // Reclaim notices sent to workers
+	ShareRefused   uint64 // dials refused over a worker's share
+	Addresses      []AddressInfo
+}
+
+// AddressInfo is one upstream address's state: "up", "down" (out of rotation
+// for fail_timeout after failed dials), "probing" (one dial tests it after
+// fail_timeout) or "check-failed" (its health check fails).
+type AddressInfo struct {
+	Address   string
+	State     string
+	Fails     int // consecutive dial failures
+	Dials     uint64
+	Failures  uint64
+	DownFor   time.Duration // left of fail_timeout when down
+	LastError string
 }
 
 // LatencyHistogram is a snapshot of the request latency histogram.
@@ -205,6 +233,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	for _, c := range d.conns {
 		s.Conns[c.state.String()]++
 	}
+	s.Upstreams = d.upstreamInfo(now)
 	for _, cl := range d.clients {
 		s.Clients = append(s.Clients, ClientInfo{Key: cl.key.String(), Trusted: cl.trusted, Conns: cl.conns, Out: cl.out, Waiting: cl.waiting.n, Waits: cl.waits})
 	}

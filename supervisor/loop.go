@@ -119,6 +119,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 		consider(now.Add(time.Second))
 	}
 	consider(d.acceptPause)
+	consider(d.dialDeadline())
 	for _, w := range d.workers {
 		if w.state == workerDead && w.exited {
 			consider(w.retryAt)
@@ -155,7 +156,9 @@ func (d *dispatcher) message(m any, now time.Time) {
 	case reloadMsg:
 		d.reload(m, now)
 	case dialResult:
-		d.dialed(m)
+		d.dialed(m, now)
+	case healthResult:
+		d.healthChecked(m, now)
 	case accessLogMsg:
 		d.setAccessLog(m.fd)
 	case logLevelMsg:
@@ -202,9 +205,11 @@ func (d *dispatcher) overstaysDrain(w *workerProc) bool {
 	return !d.stopping && w.drainAsked && !w.exited && w.proc != nil && !w.drainDeadline.IsZero()
 }
 
-// tick runs the periodic work: accept resumption, pings, respawns.
+// tick runs the periodic work: accept resumption, pings, respawns, dials
+// waiting past their bound.
 func (d *dispatcher) tick(now time.Time) {
 	d.updateStress(now)
+	d.expireDials(now)
 	if !d.acceptPause.IsZero() && !now.Before(d.acceptPause) {
 		d.acceptPause = time.Time{}
 		if !d.stopping {
@@ -248,6 +253,7 @@ func (d *dispatcher) stop(now time.Time) {
 	d.stopDeadline = now.Add(d.cfg.Limits.ShutdownGrace)
 	d.log.Info("shutting down", "grace", d.cfg.Limits.ShutdownGrace, "at_workers", d.out)
 	d.armListeners(false)
+	d.stopHealthChecks()
 	for _, l := range d.listeners {
 		unix.Close(l.fd)
 	}
@@ -299,6 +305,7 @@ func (d *dispatcher) teardown() {
 		d.closeConn(c)
 	}
 	for _, w := range d.workers {
+		d.releaseUpstreams(w, time.Now())
 		if w.ch != nil {
 			d.del(w.ch.FD())
 			w.ch.Close()

@@ -185,6 +185,24 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	for st, n := range workers {
 		emit(desc("workers", "Worker slots, by state.", "state"), prometheus.GaugeValue, float64(n), st)
 	}
+
+	// Per upstream and address.
+	for _, u := range s.Upstreams {
+		emit(desc("upstream_connections", "Upstream connections held by workers (in use or pooled), and being dialed.", "upstream", "state"), prometheus.GaugeValue, float64(u.Held), u.Name, "held")
+		emit(desc("upstream_connections", "", "upstream", "state"), prometheus.GaugeValue, float64(u.Dialing), u.Name, "dialing")
+		emit(desc("upstream_max_connections", "An upstream's max_connections.", "upstream"), prometheus.GaugeValue, float64(u.MaxConnections), u.Name)
+		emit(desc("upstream_reclaims_total", "Requests to workers to close idle pooled connections for another worker.", "upstream"), prometheus.CounterValue, float64(u.Reclaims), u.Name)
+		emit(desc("upstream_share_refused_total", "Dials refused over a worker's share of max_connections.", "upstream"), prometheus.CounterValue, float64(u.ShareRefused), u.Name)
+		for _, a := range u.Addresses {
+			up := 0.0
+			if a.State == "up" {
+				up = 1
+			}
+			emit(desc("upstream_address_up", "Whether an upstream address is in rotation (1) or out after failures or a failed health check (0).", "upstream", "address", "state"), prometheus.GaugeValue, up, u.Name, a.Address, a.State)
+			emit(desc("upstream_address_dials_total", "Dials to an upstream address.", "upstream", "address"), prometheus.CounterValue, float64(a.Dials), u.Name, a.Address)
+			emit(desc("upstream_address_failures_total", "Failed or timed-out dials to an upstream address.", "upstream", "address"), prometheus.CounterValue, float64(a.Failures), u.Name, a.Address)
+		}
+	}
 }
 
 // metricName makes a Snapshot counter key a valid metric name.

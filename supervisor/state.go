@@ -97,8 +97,9 @@ type workerSet struct {
 // broker owns what workers ask the supervisor for: the upstream budgets
 // (connections dialing and held, per upstream) and the shared rate limiter.
 type broker struct {
-	upstreams map[string]*upstreamState
-	limiter   *limiter
+	upstreams  map[string]*upstreamState
+	nextUpConn uint64 // the last upstream connection id given out
+	limiter    *limiter
 }
 
 func newDispatcher(s *Supervisor) (*dispatcher, error) {

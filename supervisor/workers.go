@@ -153,7 +153,7 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		w.ch.Close()
 		w.ch = nil
 		dropOut(w)
-		d.releaseUpstreams(w)
+		d.releaseUpstreams(w, now)
 		for _, c := range d.conns {
 			if c.worker == w {
 				cl := c.client

@@ -146,7 +146,9 @@ var requestModes = map[string]func() int{
 	// A Ready whose sandbox layer names hold control bytes.
 	"forged-layers": forgedLayersWorker,
 	// Keeps a dup() of every client descriptor and writes into it later.
-	"dup-keeper": dupKeeperWorker,
+	"dup-keeper":   dupKeeperWorker,
+	"release-keep": releaseKeepWorker,
+	"hoard":        hoardWorker,
 }
 
 // The names the request modes use; the tests configure them.
@@ -379,7 +381,8 @@ func lanesWorker() int {
 					ok.Add(1)
 					// The descriptor was closed on arrival; give the
 					// connection back before the next request.
-					ch.Send(&proto.Frame{Body: &proto.Frame_UpstreamRelease{UpstreamRelease: &proto.UpstreamRelease{Upstream: hostileUpstream}}}, -1)
+					ch.Send(&proto.Frame{Body: &proto.Frame_UpstreamRelease{UpstreamRelease: &proto.UpstreamRelease{
+						Upstream: hostileUpstream, Conn: f.GetDialReply().GetConn()}}}, -1)
 				default:
 					failed.Add(1)
 					fmt.Fprintf(os.Stderr, "hostile: lanes: dial failed: %v\n", f.GetDialReply())

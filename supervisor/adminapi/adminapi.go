@@ -31,6 +31,8 @@ const (
 	CmdReload   = "reload"    // Reply.Message; Error when the new file was refused
 	CmdDrain    = "drain"     // Reply.Message; the supervisor stops accepting, finishes and exits
 	CmdLogLevel = "log-level" // args: [LEVEL]; Reply.Message
+	// CmdUpstreams reports every upstream's budget and address state.
+	CmdUpstreams = "upstreams" // Reply.Upstreams
 )
 
 // DefaultClients is how many client keys `clients` lists without an argument.
@@ -45,13 +47,14 @@ type Request struct {
 // Reply answers one Request. OK is false exactly when Error is set; the other
 // fields are set by the commands that name them.
 type Reply struct {
-	OK      bool     `json:"ok"`
-	Error   string   `json:"error,omitempty"`
-	Message string   `json:"message,omitempty"`
-	Status  *Status  `json:"status,omitempty"`
-	Workers []Worker `json:"workers,omitempty"`
-	Conns   *Conns   `json:"conns,omitempty"`
-	Clients []Client `json:"clients,omitempty"`
+	OK        bool       `json:"ok"`
+	Error     string     `json:"error,omitempty"`
+	Message   string     `json:"message,omitempty"`
+	Status    *Status    `json:"status,omitempty"`
+	Workers   []Worker   `json:"workers,omitempty"`
+	Conns     *Conns     `json:"conns,omitempty"`
+	Clients   []Client   `json:"clients,omitempty"`
+	Upstreams []Upstream `json:"upstreams,omitempty"`
 	// Metrics is the Prometheus text exposition format.
 	Metrics string `json:"metrics,omitempty"`
 }
@@ -120,4 +123,30 @@ type Client struct {
 	Out     int    `json:"out"`     // pool slots held (connections at workers)
 	Waiting int    `json:"waiting"` // connections waiting in its share queue now
 	Waits   uint64 `json:"waits"`   // times one of its connections waited for its share
+}
+
+// Upstream is one upstream's connection budget and its addresses.
+type Upstream struct {
+	Name           string            `json:"name"`
+	MaxConnections int               `json:"max_connections"`
+	Share          int               `json:"share"`   // connections one worker may hold
+	Held           int               `json:"held"`    // held by workers, in use or pooled
+	Dialing        int               `json:"dialing"` // being dialed
+	Waiting        int               `json:"waiting"` // dials waiting for pooled connections to be reclaimed
+	Reclaims       uint64            `json:"reclaims"`
+	ShareRefused   uint64            `json:"share_refused"`
+	Addresses      []UpstreamAddress `json:"addresses"`
+}
+
+// UpstreamAddress is one upstream address. State is "up", "down" (out of
+// rotation for fail_timeout after failed dials), "probing" (the next dial
+// tests it) or "check-failed" (its health check fails).
+type UpstreamAddress struct {
+	Address        string  `json:"address"`
+	State          string  `json:"state"`
+	Fails          int     `json:"fails"` // consecutive failed dials
+	Dials          uint64  `json:"dials"`
+	Failures       uint64  `json:"failures"`
+	DownForSeconds float64 `json:"down_for_seconds"`
+	LastError      string  `json:"last_error,omitempty"`
 }

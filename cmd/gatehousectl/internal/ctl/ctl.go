@@ -53,6 +53,7 @@ Commands:
   conns             connections by state
   clients [N|-N]    the N client keys holding the most slots (default 20)
   metrics           metrics in the Prometheus text format
+  upstreams         every upstream: connections held, each address's state
   reload            read the configuration file again (as SIGHUP)
   drain             shut gatehouse down gracefully: stop accepting, close every
                     idle connection, give requests in flight shutdown_grace
@@ -199,6 +200,8 @@ func printReply(w io.Writer, cmd string, r adminapi.Reply) error {
 		return printConns(w, r.Conns)
 	case cmd == adminapi.CmdClients:
 		return printClients(w, r.Clients)
+	case cmd == adminapi.CmdUpstreams:
+		return printUpstreams(w, r.Upstreams)
 	case cmd == adminapi.CmdMetrics:
 		_, err := io.WriteString(w, r.Metrics)
 		return err
@@ -320,6 +323,34 @@ func printClients(w io.Writer, cs []adminapi.Client) error {
 			trusted = "yes"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", safe(c.Key), c.Out, c.Conns, c.Waiting, c.Waits, trusted)
+	}
+	return tw.Flush()
+}
+
+func printUpstreams(w io.Writer, us []adminapi.Upstream) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UPSTREAM\tADDRESS\tSTATE\tFAILS\tDIALS\tFAILURES\tLAST ERROR")
+	for _, u := range us {
+		for _, a := range u.Addresses {
+			state := safe(a.State)
+			if a.DownForSeconds > 0 {
+				state += fmt.Sprintf(" (%s left)", time.Duration(a.DownForSeconds*float64(time.Second)).Round(time.Second))
+			}
+			lastErr := "-"
+			if a.LastError != "" {
+				lastErr = safe(a.LastError)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", safe(u.Name), safe(a.Address), state, a.Fails, a.Dials, a.Failures, lastErr)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UPSTREAM\tHELD\tDIALING\tMAX\tPER WORKER\tWAITING\tRECLAIMS\tSHARE REFUSED")
+	for _, u := range us {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", safe(u.Name), u.Held, u.Dialing, u.MaxConnections, u.Share, u.Waiting, u.Reclaims, u.ShareRefused)
 	}
 	return tw.Flush()
 }

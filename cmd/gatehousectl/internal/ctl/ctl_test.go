@@ -172,3 +172,26 @@ func TestDrainSaysWhatItDoes(t *testing.T) {
 		t.Errorf("usage (exit %d) does not say what drain does:\n%s", code, errs)
 	}
 }
+
+func TestUpstreamsTable(t *testing.T) {
+	sock, reqs := fakeAdmin(t, adminapi.Reply{OK: true, Upstreams: []adminapi.Upstream{{
+		Name: "app", MaxConnections: 4, Share: 2, Held: 3, Reclaims: 1,
+		Addresses: []adminapi.UpstreamAddress{
+			{Address: "127.0.0.1:9000", State: "up", Dials: 10},
+			{Address: "127.0.0.1:9001", State: "down", Fails: 1, Dials: 3, Failures: 1, DownForSeconds: 7.2, LastError: "connect: connection refused"},
+		},
+	}}})
+	out, errs, code := run([]string{"-socket", sock, "upstreams"}, nil)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if r := <-reqs; r.Command != adminapi.CmdUpstreams {
+		t.Errorf("sent %q, want %q", r.Command, adminapi.CmdUpstreams)
+	}
+	for _, want := range []string{"UPSTREAM", "127.0.0.1:9000", "down (7s left)", `"connect: connection refused"`, "PER WORKER"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("upstreams output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Log("\n" + out)
+}

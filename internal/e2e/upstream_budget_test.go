@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"golang.org/x/sys/unix"
+)
+
+// Upstream budgets a compromised worker cannot take over (issue 16 item 5):
+// a release is counted only once the supervisor has shut its own copy of
+// the socket down, and each worker holds at most its share of
+// max_connections.
+
+// budgetDials is how many Dials the budget modes send.
+const budgetDials = 12
+
+// countingUpstream is a Go net/http server that tracks the connections open
+// to it now and the most open at once.
+type countingUpstream struct {
+	addr             string
+	mu               sync.Mutex
+	open, most, seen int
+}
+
+func startCountingUpstream(tb testing.TB) *countingUpstream {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	u := &countingUpstream{addr: l.Addr().String()}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			rw.Header().Set("X-Upstream", "counting")
+			fmt.Fprintln(rw, "upstream")
+		}),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			switch s {
+			case http.StateNew:
+				u.open++
+				u.seen++
+				u.most = max(u.most, u.open)
+			case http.StateClosed, http.StateHijacked:
+				u.open--
+			}
+		},
+	}
+	go srv.Serve(l)
+	tb.Cleanup(func() { srv.Close() })
+	return u
+}
+
+func (u *countingUpstream) counts() (open, most, seen int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.open, u.most, u.seen
+}
+
+// budgetChannel is the hostile channel for the budget modes: a reader that
+// answers pings, keeps any client it is dispatched (so the well-behaved
+// worker gets the next ones) and routes Dial replies to dial.
+func budgetChannel() (ch *ipc.Stream, dial func(id uint64) (*proto.DialReply, int)) {
+	ch = hostileChannel()
+	var mu sync.Mutex
+	replies := map[uint64]chan reply{}
+	go func() {
+		for {
+			var f proto.Frame
+			fd, err := ch.Recv(&f)
+			if err != nil {
+				os.Exit(0)
+			}
+			switch b := f.Body.(type) {
+			case *proto.Frame_DialReply, *proto.Frame_Overloaded:
+				mu.Lock()
+				c := replies[f.GetId()]
+				mu.Unlock()
+				c <- reply{f.GetDialReply(), fd}
+			case *proto.Frame_Ping:
+				go ch.Send(&proto.Frame{Body: &proto.Frame_Pong{Pong: &proto.Pong{Seq: b.Ping.GetSeq()}}}, -1)
+			case *proto.Frame_Dispatch:
+				// Kept, never answered: this slot stays busy.
+			case *proto.Frame_Reclaim:
+				// Ignored: a hoarder gives nothing back.
+			case *proto.Frame_Drain:
+				os.Exit(0)
+			default:
+				if fd >= 0 {
+					unix.Close(fd)
+				}
+			}
+		}
+	}()
+	dial = func(id uint64) (*proto.DialReply, int) {
+		c := make(chan reply, 1)
+		mu.Lock()
+		replies[id] = c
+		mu.Unlock()
+		ch.Send(&proto.Frame{Id: id, Body: &proto.Frame_Dial{Dial: &proto.Dial{Upstream: hostileUpstream}}}, -1)
+		r := <-c
+		return r.dr, r.fd
+	}
+	return ch, dial
+}
+
+type reply struct {
+	dr *proto.DialReply
+	fd int
+}
+
+// releaseKeepWorker dials budgetDials times, one at a time; for each
+// connection it sends UpstreamRelease but keeps the descriptor, then checks
+// whether its copy still reaches the upstream: a request written on it must
+// fail or go unanswered (the supervisor shut the socket down).
+func releaseKeepWorker() int {
+	ch, dial := budgetChannel()
+	var ok, alive, dead int
+	var kept []int
+	for i := 1; i <= budgetDials; i++ {
+		dr, fd := dial(uint64(i))
+		if !dr.GetOk() || fd < 0 {
+			continue
+		}
+		ok++
+		kept = append(kept, fd)
+		ch.Send(&proto.Frame{Body: &proto.Frame_UpstreamRelease{UpstreamRelease: &proto.UpstreamRelease{Upstream: hostileUpstream, Conn: dr.GetConn()}}}, -1)
+		if copyAlive(fd) {
+			alive++
+		} else {
+			dead++
+		}
+	}
+	fmt.Fprintf(os.Stderr, "hostile: release-keep done ok=%d alive=%d dead=%d kept=%d\n", ok, alive, dead, len(kept))
+	select {}
+}
+
+// copyAlive reports whether fd still carries a request to the upstream and
+// its answer back, within a few seconds (after the release is processed).
+func copyAlive(fd int) bool {
+	// Let the supervisor read the release first: the channel keeps order,
+	// but this check runs on another socket.
+	time.Sleep(100 * time.Millisecond)
+	f := os.NewFile(uintptr(fd), "kept")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := fmt.Fprint(c, "GET /kept HTTP/1.1\r\nHost: upstream\r\n\r\n"); err != nil {
+		return false
+	}
+	buf := make([]byte, 512)
+	n, _ := c.Read(buf)
+	return strings.HasPrefix(string(buf[:n]), "HTTP/1.1 200")
+}
+
+// hoardWorker dials budgetDials times and keeps every connection without a
+// release, ignoring Reclaim.
+func hoardWorker() int {
+	_, dial := budgetChannel()
+	var ok, refused, other int
+	for i := 1; i <= budgetDials; i++ {
+		dr, _ := dial(uint64(i))
+		switch {
+		case dr.GetOk():
+			ok++
+		case dr.GetRefused():
+			refused++
+		default:
+			other++
+		}
+	}
+	fmt.Fprintf(os.Stderr, "hostile: hoard done ok=%d refused=%d other=%d\n", ok, refused, other)
+	select {}
+}
+
+func budgetConfig(upstream string) string {
+	return `
+workers {
+  count       = 2
+  concurrency = 4
+}
+log {
+  access_log = false
+}
+upstream "` + hostileUpstream + `" {
+  addresses       = ["` + upstream + `"]
+  max_connections = 4
+}
+route "/app/" {
+  proxy {
+    upstream = "` + hostileUpstream + `"
+  }
+}
+route "/ok" {
+  respond {
+    body = "ok\n"
+  }
+}
+`
+}
+
+// A worker that releases its upstream connections but keeps the sockets
+// holds dead sockets: the supervisor shut each down before counting it free,
+// so the upstream never sees more than one of them open.
+func TestHostileWorkerReleaseKeepsSocket(t *testing.T) {
+	up := startCountingUpstream(t)
+	h := startNoWait(t, budgetConfig(up.addr), "hostile-worker", "release-keep")
+	done := h.waitLog("hostile: release-keep done", 30*time.Second)
+	ok, alive, dead := logInt(t, done, "ok"), logInt(t, done, "alive"), logInt(t, done, "dead")
+	_, most, seen := up.counts()
+	t.Logf("%s; upstream saw %d connections, at most %d open", done, seen, most)
+	if ok != budgetDials || dead != ok || alive != 0 {
+		t.Errorf("%d dials given, %d kept copies still alive, %d dead; want %d given, all dead", ok, alive, dead, budgetDials)
+	}
+	if most > 1 {
+		t.Errorf("the upstream had %d connections open at once from a worker that released each before the next dial", most)
+	}
+	// Every connection is closed at the upstream, though the worker still
+	// holds a descriptor of each.
+	deadline := time.Now().Add(5 * time.Second)
+	for open, _, _ := up.counts(); open != 0; open, _, _ = up.counts() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d upstream connections still open after their release", open)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s := h.snapshot()
+	for _, u := range s.Upstreams {
+		if u.Name == hostileUpstream && u.Held != 0 {
+			t.Errorf("upstream %s: %d held after every release, want 0", u.Name, u.Held)
+		}
+	}
+	if got := counter(t, s, "worker_kills"); got != 0 {
+		t.Errorf("worker_kills = %d: releasing within the protocol is no violation", got)
+	}
+}
+
+// A worker that hoards upstream connections gets only its share of
+// max_connections; the other worker still proxies.
+func TestHostileWorkerHoardsUpstream(t *testing.T) {
+	up := startCountingUpstream(t)
+	h := startNoWait(t, budgetConfig(up.addr), "hostile-worker", "hoard")
+	done := h.waitLog("hostile: hoard done", 30*time.Second)
+	h.waitFor("the well-behaved worker", 20*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Workers[1].State == "ready"
+	})
+	ok, refused := logInt(t, done, "ok"), logInt(t, done, "refused")
+	t.Logf("%s", done)
+	// max_connections 4 over 2 workers: a share of 2.
+	if ok != 2 || refused != budgetDials-2 {
+		t.Errorf("the hoarder got %d connections and %d refusals, want its share 2 and %d refused", ok, refused, budgetDials-2)
+	}
+	// The hoarder keeps the first client it is dispatched (slot 0 wins
+	// ties): with one parked there, each request of a client that waits for
+	// its answers goes to the other worker.
+	occupier := dialFrom(t, "127.0.0.9", h.addr)
+	defer occupier.Close()
+	fmt.Fprint(occupier, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+	h.waitFor("the hoarder to hold a client", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].Active == 1 })
+	cl := newClient(t, "127.0.0.2", h.addr)
+	for j := 0; j < 10; j++ {
+		resp, body, err := cl.get("/app/x")
+		if err != nil || resp.StatusCode != 200 || body != "upstream\n" {
+			t.Fatalf("request %d through the other worker: %v %v %q", j, err, resp, body)
+		}
+	}
+	if _, most, _ := up.counts(); most > 4 {
+		t.Errorf("the upstream had %d connections open at once, over max_connections 4", most)
+	}
+}
