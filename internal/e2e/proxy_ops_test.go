@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 // rawUpstream is a Go TCP server that answers each request on a keep-alive
 // connection with the bytes its handler returns, written as they are, so a
 // test controls the framing exactly. A handler that reports stall leaves the
-// connection open and silent after writing.
+// connection open and silent after writing; one that returns "" closes the
+// connection without answering.
 type rawUpstream struct {
 	addr string
 }
@@ -55,6 +57,9 @@ func startRawUpstream(tb testing.TB, handle func(r *http.Request, self string) (
 					}
 					io.Copy(io.Discard, req.Body)
 					resp, stall := handle(req, u.addr)
+					if resp == "" {
+						return // closed without a response byte
+					}
 					if _, err := io.WriteString(c, resp); err != nil {
 						return
 					}
@@ -87,6 +92,9 @@ func rawResponses(r *http.Request, self string) (string, bool) {
 			"Refresh: 3; url=http://" + self + "/app/next\r\nContent-Length: 0\r\n\r\n", false
 	case "/redirect-elsewhere":
 		return "HTTP/1.1 302 Found\r\nLocation: http://other.example/app\r\nContent-Length: 0\r\n\r\n", false
+	case "/early-hints":
+		return "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n" +
+			"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", false
 	case "/trailers":
 		return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n" +
 			"5\r\nhello\r\n0\r\nX-Checksum: abc123\r\n\r\n", false
@@ -94,7 +102,7 @@ func rawResponses(r *http.Request, self string) (string, bool) {
 	return "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", false
 }
 
-func operatorConfig(echo, raw string) string {
+func operatorConfig(echo, raw, dead, flaky string) string {
 	return `
 workers {
   count = 2
@@ -110,9 +118,17 @@ upstream "raw" {
   addresses    = ["` + raw + `"]
   read_timeout = "1s"
 }
+upstream "flaky" {
+  addresses = ["` + dead + `", "` + flaky + `"]
+}
 route "/echo/" {
   proxy {
     upstream = "echo"
+  }
+}
+route "/flaky/" {
+  proxy {
+    upstream = "flaky"
   }
 }
 route "/raw/" {
@@ -142,7 +158,21 @@ route "/ok" {
 func TestProxyOperator(t *testing.T) {
 	echo := startEchoUpstream(t)
 	raw := startRawUpstream(t, rawResponses)
-	h := start(t, operatorConfig(echo.addr, raw.addr))
+	// flaky: one address closes every connection without answering, the
+	// other answers GET and does the same to anything else.
+	var deadSaw, flakySaw atomic.Int64
+	dead := startRawUpstream(t, func(r *http.Request, _ string) (string, bool) {
+		deadSaw.Add(1)
+		return "", false
+	})
+	flaky := startRawUpstream(t, func(r *http.Request, _ string) (string, bool) {
+		flakySaw.Add(1)
+		if r.Method != "GET" {
+			return "", false
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nflaky\n", false
+	})
+	h := start(t, operatorConfig(echo.addr, raw.addr, dead.addr, flaky.addr))
 	_, port, _ := net.SplitHostPort(h.addr)
 
 	t.Run("forwarded", func(t *testing.T) {
@@ -217,6 +247,47 @@ func TestProxyOperator(t *testing.T) {
 			if err != nil || resp.StatusCode != 200 || body != "ok\n" {
 				t.Errorf("%s %s: the pipelined request behind it: %v, want 200 ok", tt.method, tt.path, err)
 			}
+		}
+	})
+
+	t.Run("early-hints", func(t *testing.T) {
+		// A 1xx before the final response is not relayed, and the
+		// connection carries the pipelined request behind it.
+		c := dialFrom(t, "127.0.0.2", h.addr)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, "GET /raw/early-hints HTTP/1.1\r\nHost: test.example\r\n\r\nGET /ok HTTP/1.1\r\nHost: test.example\r\n\r\n")
+		br := bufio.NewReader(c)
+		for _, want := range []string{"ok", "ok\n"} {
+			resp, body, err := readResponse(br, "GET")
+			if err != nil || resp.StatusCode != 200 || body != want {
+				t.Fatalf("got %v %v %q, want 200 %q", err, resp, body, want)
+			}
+		}
+	})
+
+	t.Run("retry", func(t *testing.T) {
+		// A GET whose connection closes before any response byte is sent
+		// again on a fresh connection; the rotation takes it to the other
+		// address.
+		cl := newClient(t, "127.0.0.2", h.addr)
+		for i := 0; i < 10; i++ {
+			resp, body, err := cl.get("/flaky/x")
+			if err != nil || resp.StatusCode != 200 || body != "flaky\n" {
+				t.Fatalf("GET %d: %v %v %q, want 200 from the answering address", i, err, resp, body)
+			}
+		}
+		if deadSaw.Load() == 0 {
+			t.Errorf("the closing address was never tried: the retry was not exercised")
+		}
+		// A request with a body is never sent twice.
+		before := deadSaw.Load() + flakySaw.Load()
+		resp, _, err := cl.do("POST", "/flaky/x", "", []byte("once"), false)
+		if err != nil || resp.StatusCode != 502 {
+			t.Fatalf("POST: %v %v, want 502", err, resp)
+		}
+		if n := deadSaw.Load() + flakySaw.Load() - before; n != 1 {
+			t.Errorf("the POST reached the upstreams %d times, want once", n)
 		}
 	})
 
