@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,7 +69,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			continue
 		default:
 			d.c.acceptErrors++
-			d.logLimited("accept", "accept failed", "listener", l.name, "error", err)
+			d.logLimited(hclog.Warn, "accept", "accept failed", "listener", l.name, "error", err)
 			return
 		}
 		d.admit(fd, l.id, sockaddrAddrPort(sa), proxy, now)
@@ -79,7 +80,7 @@ func (d *dispatcher) pauseAccept(now time.Time, why string) {
 	d.c.acceptPauses++
 	d.acceptPause = now.Add(acceptPause)
 	d.armListeners(false)
-	d.logLimited("accept-pause", "accepting paused", "reason", why, "for", acceptPause)
+	d.logLimited(hclog.Warn, "accept-pause", "accepting paused", "reason", why, "for", acceptPause)
 }
 
 // admit applies the admission caps to an accepted descriptor and parks it.
@@ -109,14 +110,14 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy b
 		unix.Close(fd)
 		d.c.refused[refuse]++
 		// The address stays out of the log line (docs/DESIGN.md §2.2).
-		d.logLimited("refused-"+refuse, "connection refused", "reason", refuse)
+		d.logLimited(hclog.Debug, "refused-"+refuse, "connection refused", "reason", refuse)
 		return
 	}
 	d.nextID++
 	c := &conn{id: d.nextID, fd: fd, client: cl, listener: listener, peer: peer, accepted: now, fresh: true}
 	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
 		unix.Close(fd)
-		d.logLimited("epoll-add", "registering connection", "error", err)
+		d.logLimited(hclog.Warn, "epoll-add", "registering connection", "error", err)
 		return
 	}
 	d.clients[key] = cl

@@ -418,8 +418,13 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 			return argErr("drain")
 		}
 		a.log.Info("admin command", "command", req.Command, "uid", uid)
+		grace := "shutdown_grace"
+		if snap, err := a.s.Snapshot(ctx); err == nil {
+			grace = fmt.Sprintf("shutdown_grace (%v)", snap.ShutdownGrace)
+		}
 		a.opts.Drain()
-		return adminapi.Reply{Message: "draining: no new connections; gatehouse exits once in-flight requests finish"}
+		return adminapi.Reply{Message: "draining: no new connections, idle connections closed; requests in flight get " +
+			grace + " to finish, then are cut; gatehouse then exits"}
 	case adminapi.CmdLogLevel:
 		if len(req.Args) != 1 {
 			return argErr("log-level trace|debug|info|warn|error")

@@ -80,17 +80,19 @@ func (c *counters) observe(status uint32, micros uint64) {
 
 // Snapshot is a copy of the dispatcher's state at one moment.
 type Snapshot struct {
-	Time      time.Time
-	Pool      int
-	Share     int
-	AtWorkers int
-	Queued    int // connections that have not finished a first request
-	Conns     map[string]int
-	Waiting   int // connections waiting for the pool
-	Clients   []ClientInfo
-	Workers   []WorkerInfo
-	Counters  map[string]uint64
-	Stopping  bool
+	Time time.Time
+	// ShutdownGrace is what a drain or SIGTERM gives requests in flight.
+	ShutdownGrace time.Duration
+	Pool          int
+	Share         int
+	AtWorkers     int
+	Queued        int // connections that have not finished a first request
+	Conns         map[string]int
+	Waiting       int // connections waiting for the pool
+	Clients       []ClientInfo
+	Workers       []WorkerInfo
+	Counters      map[string]uint64
+	Stopping      bool
 	// Admission: bytes held in incomplete heads, whether stress mode is on,
 	// and the first-byte and head timeouts in force.
 	HeadBytes        int
@@ -175,14 +177,15 @@ type WorkerInfo struct {
 
 func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	s := Snapshot{
-		Time:      now,
-		Pool:      d.pool,
-		Share:     d.share,
-		AtWorkers: d.out,
-		Queued:    d.queued,
-		Conns:     map[string]int{},
-		Waiting:   d.waiting.n,
-		Stopping:  d.stopping,
+		Time:          now,
+		Pool:          d.pool,
+		Share:         d.share,
+		AtWorkers:     d.out,
+		Queued:        d.queued,
+		Conns:         map[string]int{},
+		Waiting:       d.waiting.n,
+		Stopping:      d.stopping,
+		ShutdownGrace: d.cfg.Limits.ShutdownGrace,
 		Counters: map[string]uint64{
 			"accepted":           d.c.accepted,
 			"closed":             d.c.closed,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/hashicorp/go-hclog"
 )
 
 // tryDispatch hands a readable connection to a worker under both bounds: the
@@ -157,7 +158,7 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 		d.c.observe(r.GetStatus(), r.GetMicros())
 	}
 	if m.GetOutcome() == proto.Outcome_PEER_RESET {
-		d.logLimited("peer-reset", "client reset a connection mid-round")
+		d.logLimited(hclog.Debug, "peer-reset", "client reset a connection mid-round")
 	}
 	d.release(c)
 	d.pump(c.client, now)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -271,7 +272,7 @@ func (d *dispatcher) evictIncomplete(why string) bool {
 	c := heaviest.incomplete.head
 	d.incompleteEvicted++
 	d.evictedAt = time.Now()
-	d.logLimited("evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
+	d.logLimited(hclog.Debug, "evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
 	d.dropHead(c)
 	d.closeConn(c)
 	return true

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,6 +62,7 @@ func (d *dispatcher) run() error {
 		d.startWorker(w, now)
 	}
 	d.nextPing = now.Add(pingInterval)
+	d.summary.since = now
 	d.fdBase = countOpenFDs()
 	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share)
 
@@ -228,6 +230,7 @@ func (d *dispatcher) tick(now time.Time) {
 	if now.Before(d.nextPing) {
 		return
 	}
+	d.summarize(now, false)
 	d.nextPing = now.Add(pingInterval)
 	for _, w := range d.workers {
 		if w.ch == nil || w.state == workerDead {
@@ -251,6 +254,7 @@ func (d *dispatcher) stop(now time.Time) {
 	}
 	d.stopping = true
 	d.stopDeadline = now.Add(d.cfg.Limits.ShutdownGrace)
+	d.summarize(now, true)
 	d.log.Info("shutting down", "grace", d.cfg.Limits.ShutdownGrace, "at_workers", d.out)
 	d.armListeners(false)
 	d.stopHealthChecks()
@@ -316,8 +320,13 @@ func (d *dispatcher) teardown() {
 }
 
 // logLimited logs at most once a second per key, so a flood of refusals or
-// bad peers cannot flood the log.
-func (d *dispatcher) logLimited(key, msg string, args ...any) {
+// bad peers cannot flood the log. Routine client behaviour is logged at
+// Debug (and summarised, see summary.go); Warn is for what an operator
+// should look at.
+func (d *dispatcher) logLimited(level hclog.Level, key, msg string, args ...any) {
+	if d.log.GetLevel() > level {
+		return
+	}
 	now := time.Now()
 	if t, ok := d.logLimit[key]; ok && now.Sub(t) < time.Second {
 		return
@@ -326,7 +335,7 @@ func (d *dispatcher) logLimited(key, msg string, args ...any) {
 		clear(d.logLimit)
 	}
 	d.logLimit[key] = now
-	d.log.Warn(msg, args...)
+	d.log.Log(level, msg, args...)
 }
 
 // countOpenFDs counts this process's descriptors, for the reserve arithmetic.

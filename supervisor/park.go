@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,7 +39,7 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 		n, _, err := unix.Recvfrom(c.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		if n <= 0 && err != unix.EAGAIN {
 			d.c.peerClosed++
-			d.logLimited("peer-closed", "client closed a connection before a request")
+			d.logLimited(hclog.Debug, "peer-closed", "client closed a connection before a request")
 			d.closeConn(c)
 			return
 		}
@@ -74,7 +75,7 @@ func (d *dispatcher) discard(c *conn) {
 
 func (d *dispatcher) arm(c *conn) {
 	if err := d.mod(c.fd, kindConn, c.id, connInterest); err != nil {
-		d.logLimited("epoll-mod", "re-arming connection", "error", err)
+		d.logLimited(hclog.Warn, "epoll-mod", "re-arming connection", "error", err)
 		d.closeConn(c)
 		return
 	}
@@ -101,7 +102,13 @@ func (d *dispatcher) evictIdle(why string) bool {
 		return false
 	}
 	d.c.idleEvicted++
-	d.logLimited("evict-"+why, "closing oldest idle connection", "reason", why)
+	// Making room under keep_alive_max_connections is routine; running out
+	// of descriptors is for the operator to look at.
+	level := hclog.Warn
+	if why == "keep_alive_max_connections" {
+		level = hclog.Debug
+	}
+	d.logLimited(level, "evict-"+why, "closing oldest idle connection", "reason", why)
 	d.closeConn(c)
 	return true
 }

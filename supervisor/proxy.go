@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/proxyproto"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +53,7 @@ func (d *dispatcher) readProxy(c *conn, now time.Time) {
 	}
 	if err != nil {
 		d.c.refused[refusedProxyMalformed]++
-		d.logLimited("proxy-malformed", "closing a connection with a malformed PROXY header", "error", err)
+		d.logLimited(hclog.Warn, "proxy-malformed", "closing a connection with a malformed PROXY header", "error", err)
 		d.closeConn(c)
 		return
 	}
@@ -91,7 +92,7 @@ func (d *dispatcher) rekey(c *conn) bool {
 	}
 	if !cl.trusted && cl.conns >= d.cfg.Limits.MaxConnectionsPerClient {
 		d.c.refused[refusedPerClient]++
-		d.logLimited("refused-"+refusedPerClient, "connection refused", "reason", refusedPerClient, "via", "proxy_protocol")
+		d.logLimited(hclog.Debug, "refused-"+refusedPerClient, "connection refused", "reason", refusedPerClient, "via", "proxy_protocol")
 		d.closeConn(c)
 		return false
 	}

@@ -36,6 +36,7 @@ type dispatcher struct {
 	scratch      []byte
 
 	logLimit map[string]time.Time
+	summary  clientSummary
 	c        counters
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,6 +95,15 @@ func TestOpsAdminCommands(t *testing.T) {
 	if st.Version != "dev" || !strings.HasSuffix(st.ConfigFile, "gatehouse.hcl") || len(st.Listeners) != 1 || st.Listeners[0] != p.addr ||
 		st.Pool != 16 || st.Share != 4 || st.PID != p.cmd.Process.Pid || st.UptimeSeconds <= 0 {
 		t.Errorf("status: %+v", st)
+	}
+
+	// -json always has its list, empty before any client connected; a
+	// negative count is an argument.
+	for _, args := range [][]string{{"clients"}, {"clients", "-5"}} {
+		r := ctl(t, nil, bin, append([]string{"-socket", sock, "-json"}, args...)...)
+		if r.code != 0 || !regexp.MustCompile(`"clients": \[\]`).MatchString(r.stdout) {
+			t.Errorf("%v -json with no clients: exit %d, %s%s", args, r.code, r.stdout, r.stderr)
+		}
 	}
 
 	// Flags after the command.
@@ -236,8 +246,9 @@ func TestOpsAdminReloadAndDrain(t *testing.T) {
 		t.Errorf("after a refused reload: %d %q", code, body)
 	}
 
+	// drain says what it does.
 	r = ctl(t, nil, bin, "-socket", sock, "drain")
-	if r.code != 0 || !strings.Contains(r.stdout, "draining") {
+	if r.code != 0 || !strings.Contains(r.stdout, "draining") || !strings.Contains(r.stdout, "shutdown_grace (10s)") || !strings.Contains(r.stdout, "then are cut") {
 		t.Errorf("drain: exit %d, %s%s", r.code, r.stdout, r.stderr)
 	}
 	if code := p.waitExit(t, 20*time.Second); code != 0 {

@@ -45,16 +45,17 @@ type Request struct {
 }
 
 // Reply answers one Request. OK is false exactly when Error is set; the other
-// fields are set by the commands that name them.
+// fields are set by the commands that name them. A command's list is always
+// present in its reply, empty when there is nothing to list.
 type Reply struct {
 	OK        bool       `json:"ok"`
 	Error     string     `json:"error,omitempty"`
 	Message   string     `json:"message,omitempty"`
 	Status    *Status    `json:"status,omitempty"`
-	Workers   []Worker   `json:"workers,omitempty"`
+	Workers   []Worker   `json:"workers,omitzero"`
 	Conns     *Conns     `json:"conns,omitempty"`
-	Clients   []Client   `json:"clients,omitempty"`
-	Upstreams []Upstream `json:"upstreams,omitempty"`
+	Clients   []Client   `json:"clients,omitzero"`
+	Upstreams []Upstream `json:"upstreams,omitzero"`
 	// Metrics is the Prometheus text exposition format.
 	Metrics string `json:"metrics,omitempty"`
 }

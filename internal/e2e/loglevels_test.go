@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor"
+)
+
+// warnOrError matches a line an operator is told to look at.
+var warnOrError = regexp.MustCompile(`(?m)^\S+ \[(WARN|ERROR)\].*$`)
+
+// Routine client behaviour — connections refused over the per-client cap, a
+// client closing its idle kept-alive connection — is no WARN: it is counted
+// and summarised at INFO (here at shutdown, otherwise once a minute).
+func TestRoutineClientEventsAreNotWarnings(t *testing.T) {
+	h := start(t, `
+limits {
+  max_connections_per_client = 2
+}
+`)
+	// A kept-alive connection, served, then closed by its client while idle.
+	idle := newClient(t, "127.0.0.2", h.addr)
+	if resp, _, err := idle.get("/ok"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /ok: %v", err)
+	}
+	h.waitFor("the connection to be parked idle", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Conns["idle"] == 1 })
+	idle.c.Close()
+	h.waitFor("the idle connection's close to be seen", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Counters["peer_closed"] == 1 })
+
+	// Five connections from one client over a cap of two: three refused.
+	for i := 0; i < 5; i++ {
+		c := dialFrom(t, "127.0.0.3", h.addr)
+		defer c.Close()
+	}
+	h.waitFor("three refusals", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Counters["refused_per_client"] == 3 })
+
+	h.sup.Drain()
+	h.waitLog("shutting down", 10*time.Second)
+	summary := regexp.MustCompile(`(?m)^\S+ \[INFO\]  gatehouse\.dispatcher: client events: period=\S+ refused_per_client=3 peer_closed=1$`)
+	if !summary.MatchString(h.logs.String()) {
+		t.Errorf("no INFO summary of the refusals and the close")
+	}
+	if w := warnOrError.FindAllString(h.logs.String(), -1); len(w) > 0 {
+		t.Errorf("routine client behaviour logged for an operator to look at:\n%s", strings.Join(w, "\n"))
+	}
+}
+
+// Workers replaced on reload, and workers drained at shutdown, exit at INFO:
+// no "worker died" error for an exit the supervisor asked for.
+func TestReplacedWorkersExitQuietly(t *testing.T) {
+	h := start(t, `
+workers {
+  count = 2
+}
+`)
+	old := h.snapshot().Workers
+	src, err := os.ReadFile(h.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new route body: the workers are replaced one by one.
+	if err := os.WriteFile(h.config, []byte(strings.Replace(string(src), `body   = "ok\n"`, `body   = "ok2\n"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.sup.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("both old workers to exit and two new ones to be ready", 30*time.Second, func(s supervisor.Snapshot) bool {
+		ready := 0
+		for _, w := range s.Workers {
+			for _, o := range old {
+				if w.PID == o.PID {
+					return false
+				}
+			}
+			if w.State == "ready" {
+				ready++
+			}
+		}
+		return ready == 2
+	})
+	h.waitFor("the old workers' exits to be logged", 10*time.Second, func(supervisor.Snapshot) bool {
+		return strings.Count(h.logs.String(), "worker exited") >= len(old)
+	})
+	if w := warnOrError.FindAllString(h.logs.String(), -1); len(w) > 0 {
+		t.Errorf("a replaced worker logged for an operator to look at:\n%s", strings.Join(w, "\n"))
+	}
+	if d := h.snapshot().Counters["worker_deaths"]; d != 0 {
+		t.Errorf("worker_deaths = %d after a reload", d)
+	}
+}
+
+// An access line keeps its fields in one order and prints its byte count as
+// an integer, however large.
+func TestAccessLineFields(t *testing.T) {
+	h := start(t, "")
+	const size = 2500000
+	www := filepath.Join(filepath.Dir(h.config), "www")
+	if err := os.WriteFile(filepath.Join(www, "big.bin"), make([]byte, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(t, "127.0.0.2", h.addr)
+	for _, path := range []string{"/big.bin", "/ok", "/a", "/ok"} {
+		resp, _, err := cl.get(path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+	access := regexp.MustCompile(`(?m)^\S+ \[INFO\]  gatehouse\.worker\.access: (.*)$`)
+	var lines []string
+	h.waitFor("four access lines", 10*time.Second, func(supervisor.Snapshot) bool {
+		lines = nil
+		for _, m := range access.FindAllStringSubmatch(h.logs.String(), -1) {
+			lines = append(lines, m[1])
+		}
+		return len(lines) >= 4
+	})
+	key := regexp.MustCompile(`(?:^| )([a-z_.]+)=`)
+	keys := func(l string) string {
+		var ks []string
+		for _, m := range key.FindAllStringSubmatch(l, -1) {
+			ks = append(ks, m[1])
+		}
+		return strings.Join(ks, " ")
+	}
+	for _, l := range lines[1:] {
+		if keys(l) != keys(lines[0]) {
+			t.Errorf("access lines with different field orders:\n%s\n%s", lines[0], l)
+		}
+	}
+	if !strings.Contains(lines[0], " bytes=2500000 ") {
+		t.Errorf("the big response's access line: %s", lines[0])
+	}
+}
