@@ -18,36 +18,48 @@ var warnOrError = regexp.MustCompile(`(?m)^\S+ \[(WARN|ERROR)\].*$`)
 
 // Routine client behaviour — connections refused over the per-client cap, a
 // client closing its idle kept-alive connection — is no WARN: it is counted
-// and summarised at INFO (here at shutdown, otherwise once a minute).
+// and summarised at INFO (here at shutdown, otherwise once a minute). The
+// real command, drained through gatehousectl.
 func TestRoutineClientEventsAreNotWarnings(t *testing.T) {
-	h := start(t, `
-limits {
-  max_connections_per_client = 2
-}
-`)
+	p, sock, _ := startAdmin(t, "limits {\n  max_connections_per_client = 2\n}\n")
+	waitMetric := func(what, line string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(ctlJSON(t, sock, "metrics").Metrics, line) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: no %q in the metrics", what, line)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	// A kept-alive connection, served, then closed by its client while idle.
-	idle := newClient(t, "127.0.0.2", h.addr)
+	idle := newClient(t, "127.0.0.2", p.addr)
 	if resp, _, err := idle.get("/ok"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET /ok: %v", err)
 	}
-	h.waitFor("the connection to be parked idle", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Conns["idle"] == 1 })
+	waitMetric("the connection to be parked idle", `gatehouse_connections{state="idle"} 1`)
 	idle.c.Close()
-	h.waitFor("the idle connection's close to be seen", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Counters["peer_closed"] == 1 })
+	waitMetric("the idle connection's close", "gatehouse_connections_peer_closed_total 1")
 
 	// Five connections from one client over a cap of two: three refused.
 	for i := 0; i < 5; i++ {
-		c := dialFrom(t, "127.0.0.3", h.addr)
+		c := dialFrom(t, "127.0.0.3", p.addr)
 		defer c.Close()
 	}
-	h.waitFor("three refusals", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Counters["refused_per_client"] == 3 })
+	waitMetric("three refusals", `gatehouse_connections_refused_total{reason="per_client"} 3`)
 
-	h.sup.Drain()
-	h.waitLog("shutting down", 10*time.Second)
-	summary := regexp.MustCompile(`(?m)^\S+ \[INFO\]  gatehouse\.dispatcher: client events: period=\S+ refused_per_client=3 peer_closed=1$`)
-	if !summary.MatchString(h.logs.String()) {
-		t.Errorf("no INFO summary of the refusals and the close")
+	if r := ctl(t, nil, ctlBin(t), "-socket", sock, "drain"); r.code != 0 {
+		t.Fatalf("drain: exit %d: %s", r.code, r.stderr)
 	}
-	if w := warnOrError.FindAllString(h.logs.String(), -1); len(w) > 0 {
+	if code := p.waitExit(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit status %d after drain", code)
+	}
+	logs := p.log()
+	summary := regexp.MustCompile(`(?m)^\S+ \[INFO\]  gatehouse\.dispatcher: client events: period=\S+ refused_per_client=3 peer_closed=1$`)
+	if !summary.MatchString(logs) {
+		t.Errorf("no INFO summary of the refusals and the close:\n%s", logs)
+	}
+	if w := warnOrError.FindAllString(logs, -1); len(w) > 0 {
 		t.Errorf("routine client behaviour logged for an operator to look at:\n%s", strings.Join(w, "\n"))
 	}
 }
