@@ -30,25 +30,18 @@ import (
 //     dropped and counted, and the count is reported at most once per
 //     relayNoticeEvery.
 const (
-	relayRate  = 100  // lines per second, per worker process
-	relayBurst = 1000 // lines
-	// The access log's lines get their own, larger budget: one line per
-	// request is legitimate there.
-	relayAccessRate  = 10000
-	relayAccessBurst = 10000
+	relayRate        = 100  // lines per second, per worker process
+	relayBurst       = 1000 // lines
 	relayNoticeEvery = 10 * time.Second
 	// relayMaxLine bounds a line; a longer one is dropped (and counted).
 	relayMaxLine = 64 << 10
 	relayMaxKey  = 64
-	// accessModule is the worker's access logger (worker.Worker.access).
-	accessModule = "worker.access"
 )
 
 // relay re-emits one worker process's output. It is owned by the goroutine
 // that reads the worker's pipe.
 type relay struct {
-	log    hclog.Logger // the worker's lines
-	access hclog.Logger // its access lines
+	log hclog.Logger // the worker's lines
 	// who are the attribution fields every line starts with.
 	who []any
 	// dropped counts lines dropped since the last notice; total is the
@@ -57,7 +50,6 @@ type relay struct {
 	total   *atomic.Uint64
 	noticed time.Time
 	lines   lineBucket
-	accessB lineBucket
 	now     func() time.Time
 }
 
@@ -66,13 +58,11 @@ type relay struct {
 func newRelay(log hclog.Logger, slot, pid int, total *atomic.Uint64) *relay {
 	l := log.Named("worker")
 	return &relay{
-		log:     l,
-		access:  l.Named("access"),
-		who:     []any{"worker", slot, "pid", pid},
-		total:   total,
-		lines:   lineBucket{rate: relayRate, burst: relayBurst, tokens: relayBurst},
-		accessB: lineBucket{rate: relayAccessRate, burst: relayAccessBurst, tokens: relayAccessBurst},
-		now:     time.Now,
+		log:   l,
+		who:   []any{"worker", slot, "pid", pid},
+		total: total,
+		lines: lineBucket{rate: relayRate, burst: relayBurst, tokens: relayBurst},
+		now:   time.Now,
 	}
 }
 
@@ -119,7 +109,6 @@ func (r *relay) run(in io.Reader) {
 // line relays one line, or drops it over the rate limit.
 func (r *relay) line(b []byte, now time.Time) {
 	level, module, msg, fields, ok := parseWorkerJSON(b)
-	log, budget := r.log, &r.lines
 	args := append(r.who[:len(r.who):len(r.who)], "msg", relayString(msg))
 	switch {
 	case !ok:
@@ -127,16 +116,14 @@ func (r *relay) line(b []byte, now time.Time) {
 		if bytes.HasPrefix(b, []byte("panic:")) || bytes.HasPrefix(b, []byte("fatal error:")) {
 			level = hclog.Error
 		}
-	case module == accessModule:
-		log, budget = r.access, &r.accessB
 	case module != "worker" && module != "":
 		args = append(args, "module", relayString(module))
 	}
-	if !budget.take(now) {
+	if !r.lines.take(now) {
 		r.drop(now)
 		return
 	}
-	log.Log(level, "", append(args, fields...)...)
+	r.log.Log(level, "", append(args, fields...)...)
 	r.notice(now)
 }
 

@@ -80,14 +80,14 @@ func TestRelayJSONAttributes(t *testing.T) {
 	}
 }
 
-// An access line keeps its fields in the order the worker wrote them, and
-// its numbers as integers.
+// A line keeps its fields in the order the worker wrote them, and its
+// numbers as integers.
 func TestRelayOrderAndIntegers(t *testing.T) {
 	const line = `{"@level":"info","@message":"request","@module":"worker.access","@timestamp":"t","method":"GET","path":"/big","status":200,"bytes":104857600,"duration":"1.5s","ratio":0.25,"client":"127.0.0.2"}`
 	for i := 0; i < 3; i++ {
 		r, buf, _ := relayInto(t, false)
 		r.run(strings.NewReader(line + "\n"))
-		want := ` [INFO]  gatehouse.worker.access: worker=3 pid=4242 msg=request method=GET path=/big status=200 bytes=104857600 duration=1.5s ratio=0.25 client=127.0.0.2` + "\n"
+		want := ` [INFO]  gatehouse.worker: worker=3 pid=4242 msg=request module=worker.access method=GET path=/big status=200 bytes=104857600 duration=1.5s ratio=0.25 client=127.0.0.2` + "\n"
 		if _, got, _ := strings.Cut(buf.String(), " "); " "+got != want {
 			t.Fatalf("relayed\n%q\nwant\n%q", " "+got, want)
 		}
@@ -206,7 +206,7 @@ func FuzzRelayLine(f *testing.F) {
 		if strings.ContainsAny(out, "\r\x1b\x00") {
 			t.Fatalf("raw control byte relayed: %q", out)
 		}
-		if !regexp.MustCompile(`^\S+ \[\w+\] +gatehouse\.worker(\.access)?: worker=1 pid=2 (msg|output)=`).MatchString(out) {
+		if !regexp.MustCompile(`^\S+ \[\w+\] +gatehouse\.worker: worker=1 pid=2 (msg|output)=`).MatchString(out) {
 			t.Fatalf("not attributed: %q", out)
 		}
 	})

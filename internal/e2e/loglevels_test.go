@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -108,49 +106,5 @@ workers {
 	}
 	if d := h.snapshot().Counters["worker_deaths"]; d != 0 {
 		t.Errorf("worker_deaths = %d after a reload", d)
-	}
-}
-
-// An access line keeps its fields in one order and prints its byte count as
-// an integer, however large.
-func TestAccessLineFields(t *testing.T) {
-	h := start(t, "")
-	const size = 2500000
-	www := filepath.Join(filepath.Dir(h.config), "www")
-	if err := os.WriteFile(filepath.Join(www, "big.bin"), make([]byte, size), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cl := newClient(t, "127.0.0.2", h.addr)
-	for _, path := range []string{"/big.bin", "/ok", "/a", "/ok"} {
-		resp, _, err := cl.get(path)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-	}
-	access := regexp.MustCompile(`(?m)^\S+ \[INFO\]  gatehouse\.worker\.access: (.*)$`)
-	var lines []string
-	h.waitFor("four access lines", 10*time.Second, func(supervisor.Snapshot) bool {
-		lines = nil
-		for _, m := range access.FindAllStringSubmatch(h.logs.String(), -1) {
-			lines = append(lines, m[1])
-		}
-		return len(lines) >= 4
-	})
-	key := regexp.MustCompile(`(?:^| )([a-z_.]+)=`)
-	keys := func(l string) string {
-		var ks []string
-		for _, m := range key.FindAllStringSubmatch(l, -1) {
-			ks = append(ks, m[1])
-		}
-		return strings.Join(ks, " ")
-	}
-	for _, l := range lines[1:] {
-		if keys(l) != keys(lines[0]) {
-			t.Errorf("access lines with different field orders:\n%s\n%s", lines[0], l)
-		}
-	}
-	if !strings.Contains(lines[0], " bytes=2500000 ") {
-		t.Errorf("the big response's access line: %s", lines[0])
 	}
 }
