@@ -137,6 +137,11 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	case m.GetRequests() < c.requests:
 		d.killWorker(w, "Done lowers the request count")
 		return false
+	case m.GetDisposition() != proto.Disposition_KEEP_ALIVE && m.GetDisposition() != proto.Disposition_CLOSE && m.GetDisposition() != proto.Disposition_LINGER:
+		// Checked with the rest, before the slots are released: the
+		// connection is still the worker's, so the kill closes it.
+		d.killWorker(w, "Done without a disposition")
+		return false
 	}
 	served := uint64(m.GetRequests() - c.requests)
 	w.served += served
@@ -180,9 +185,6 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 		} else {
 			d.linger(c, now)
 		}
-	default:
-		d.killWorker(w, "Done without a disposition")
-		return false
 	}
 	return true
 }

@@ -57,7 +57,7 @@ func (d *dispatcher) run() error {
 	defer runtime.UnlockOSThread()
 	defer d.p.Close()
 
-	now := time.Now()
+	now := d.s.now()
 	for _, w := range d.workers {
 		d.startWorker(w, now)
 	}
@@ -67,11 +67,11 @@ func (d *dispatcher) run() error {
 	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share)
 
 	for {
-		n, err := d.p.Wait(d.events, d.nextTimeout(time.Now()))
+		n, err := d.p.Wait(d.events, d.nextTimeout(d.s.now()))
 		if err != nil {
 			return err
 		}
-		now = time.Now()
+		now = d.s.now()
 		for _, ev := range d.events[:n] {
 			if ev.Token == poll.WakeToken {
 				d.drainWake(now)

@@ -88,6 +88,12 @@ type Supervisor struct {
 	once   sync.Once
 
 	d *dispatcher // the loop's state; touched only by the loop goroutine
+
+	// spawn starts a worker process for a slot on its own goroutine and
+	// posts its start and exit (spawnWorker; a test's fake worker).
+	spawn func(slot int, gen uint64, spec *workerSpec)
+	// now is the loop's clock (time.Now; a test's fake clock).
+	now func() time.Time
 }
 
 // loopInit is the state New prepares for the loop.
@@ -127,15 +133,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		closeInherited(opts.Inherited)
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
-	s := &Supervisor{
-		boot:      loopInit{cfg: cfg, accessFD: -1},
-		accessLog: cfg.Log,
-		opts:      opts,
-		log:       opts.Logger,
-		msgs:      make(chan any, 1024),
-		ready:     make(chan struct{}),
-		start:     time.Now(),
-	}
+	s := newSupervisor(cfg, opts)
 	var err error
 	if s.boot.listeners, err = openListeners(cfg, opts.Inherited); err != nil {
 		return nil, err
@@ -175,6 +173,22 @@ func (s *Supervisor) closeEarly() {
 	if s.boot.accessFD >= 0 {
 		unix.Close(s.boot.accessFD)
 	}
+}
+
+// newSupervisor makes the handle, with nothing bound or started yet.
+func newSupervisor(cfg *config.Config, opts Options) *Supervisor {
+	s := &Supervisor{
+		boot:      loopInit{cfg: cfg, accessFD: -1},
+		accessLog: cfg.Log,
+		opts:      opts,
+		log:       opts.Logger,
+		msgs:      make(chan any, 1024),
+		ready:     make(chan struct{}),
+		start:     time.Now(),
+		now:       time.Now,
+	}
+	s.spawn = s.spawnWorker
+	return s
 }
 
 func (s *Supervisor) closeListeners() {

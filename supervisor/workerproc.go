@@ -40,7 +40,7 @@ type workerProc struct {
 	// until its replacement is ready, then drains and is not respawned.
 	retiring bool
 	pid      int
-	proc     *os.Process
+	proc     process
 	// exited is true once the process (if any) has been reaped.
 	exited bool
 	// killedFor is the death reason the supervisor killed the current
@@ -89,12 +89,18 @@ type workerProc struct {
 	reclaiming map[string]bool
 }
 
+// process is a started worker process: an *os.Process, or a test's fake.
+type process interface {
+	Kill() error
+}
+
 // spawnResult is what a spawning goroutine posts back to the loop.
 type spawnResult struct {
 	slot int
 	gen  uint64
 	ch   *ipc.Conn
-	proc *os.Process
+	proc process
+	pid  int
 	err  error
 }
 
@@ -152,7 +158,7 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 		pr.Close()
 		close(relayed)
 	}()
-	s.post(spawnResult{slot: slot, gen: gen, ch: ch, proc: cmd.Process})
+	s.post(spawnResult{slot: slot, gen: gen, ch: ch, proc: cmd.Process, pid: cmd.Process.Pid})
 
 	err = cmd.Wait()
 	<-relayed

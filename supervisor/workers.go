@@ -40,7 +40,7 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.drainAsked = false
 	w.drainDeadline = time.Time{}
 	w.reportedReady = false
-	go d.s.spawnWorker(w.slot, w.gen, w.spec)
+	go d.s.spawn(w.slot, w.gen, w.spec)
 }
 
 func (d *dispatcher) workerFor(slot int, gen uint64) *workerProc {
@@ -71,7 +71,7 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		d.scheduleRespawn(w, now)
 		return
 	}
-	w.ch, w.proc, w.pid = m.ch, m.proc, m.proc.Pid
+	w.ch, w.proc, w.pid = m.ch, m.proc, m.pid
 	w.lastPong = now
 	if err := d.add(w.ch.FD(), kindWorker, w.token(), poll.In); err != nil {
 		d.killWorker(w, err.Error())
@@ -141,7 +141,7 @@ func (d *dispatcher) killWorker(w *workerProc, reason string) {
 // held is closed and its slots released (docs/DESIGN.md §2.10); it is respawned with
 // backoff once reaped.
 func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
-	now := time.Now()
+	now := d.s.now()
 	if kill && w.proc != nil {
 		w.proc.Kill()
 	}
