@@ -16,58 +16,65 @@ import (
 )
 
 // TestAdmission: the caps applied at accept, before a byte is read. Each
-// connection is dialed in turn and admitted or refused before the next.
+// connection is dialed in turn and admitted or refused before the next; the
+// per-client cap refuses the newcomer, the queued-connection cap makes room
+// by closing the heaviest client's oldest incomplete connection.
 func TestAdmission(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		extra   string
 		from    []string
-		refused []bool
+		closed  []bool // which connections the supervisor closes
 		counter string
+		count   uint64
 	}{
 		{
 			name:    "per-client cap",
 			extra:   "limits {\n max_connections_per_client = 2\n}",
 			from:    []string{"127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.3"},
-			refused: []bool{false, false, true, false},
-			counter: "refused_per_client",
+			closed:  []bool{false, false, true, false},
+			counter: "refused_per_client", count: 1,
 		},
 		{
 			name:    "trusted proxy exempt from the per-client cap",
 			extra:   "limits {\n max_connections_per_client = 1\n}\ntrusted_proxies = [\"127.0.0.5/32\"]",
 			from:    []string{"127.0.0.5", "127.0.0.5", "127.0.0.5", "127.0.0.2", "127.0.0.2"},
-			refused: []bool{false, false, false, false, true},
-			counter: "refused_per_client",
+			closed:  []bool{false, false, false, false, true},
+			counter: "refused_per_client", count: 1,
 		},
 		{
 			name:    "queued-connection cap",
 			extra:   "limits {\n max_queued_connections = 2\n}",
-			from:    []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"},
-			refused: []bool{false, false, true},
-			counter: "refused_queued",
+			from:    []string{"127.0.0.2", "127.0.0.2", "127.0.0.3"},
+			closed:  []bool{true, false, false},
+			counter: "incomplete_evicted", count: 1,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startLoop(t, baseConfig(1, 8, tc.extra))
-			var refused int
+			conns := make([]*net.TCPConn, len(tc.from))
 			for i, from := range tc.from {
-				c := h.dial(from)
+				conns[i] = h.dial(from)
 				h.waitFor(fmt.Sprintf("connection %d admitted or refused", i), func(s Snapshot) bool {
-					return s.Counters["accepted"]+s.Counters["refused_per_client"]+s.Counters["refused_queued"] == uint64(i+1)
+					return s.Counters["accepted"]+s.Counters["refused_per_client"] == uint64(i+1)
 				})
-				if tc.refused[i] {
-					refused++
-					if _, closed := closedByPeer(c); !closed {
-						t.Errorf("connection %d from %s: not closed, want refused", i, from)
-					}
+			}
+			open := 0
+			for i, c := range conns {
+				if !tc.closed[i] {
+					open++
+					continue
+				}
+				if _, closed := closedByPeer(c); !closed {
+					t.Errorf("connection %d from %s: open, want closed", i, tc.from[i])
 				}
 			}
 			s := h.snapshot()
-			if got := s.Counters[tc.counter]; got != uint64(refused) {
-				t.Errorf("%s = %d, want %d", tc.counter, got, refused)
+			if got := s.Counters[tc.counter]; got != tc.count {
+				t.Errorf("%s = %d, want %d", tc.counter, got, tc.count)
 			}
-			if got, want := s.Conns["fresh"], len(tc.from)-refused; got != want {
-				t.Errorf("%d connections parked, want %d", got, want)
+			if got := s.Conns["fresh"]; got != open {
+				t.Errorf("%d connections parked, want %d", got, open)
 			}
 		})
 	}
