@@ -87,6 +87,9 @@ route "/" {
     status = 200
   }
 }
+log {
+  access_log = false
+}
 %s`, workers, concurrency, extra)
 }
 
