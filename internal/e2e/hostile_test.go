@@ -129,6 +129,10 @@ var requestModes = map[string]func() int{
 	"release-unheld": func() int {
 		return violate(&proto.Frame{Body: &proto.Frame_UpstreamRelease{UpstreamRelease: &proto.UpstreamRelease{Upstream: hostileUpstream}}}, nil)
 	},
+	// A Reclaimed the supervisor never asked for.
+	"reclaimed-unasked": func() int {
+		return violate(&proto.Frame{Body: &proto.Frame_Reclaimed{Reclaimed: &proto.Reclaimed{Upstream: hostileUpstream}}}, nil)
+	},
 	// A RateCheck for a connection it was never dispatched.
 	"ratecheck-foreign": func() int {
 		return violate(&proto.Frame{Id: 1, Body: &proto.Frame_RateCheck{RateCheck: &proto.RateCheck{ConnId: 424242, Class: hostileClass}}}, nil)

@@ -299,10 +299,11 @@ func TestHostileWorkerRequestsAreKilled(t *testing.T) {
 		"request-descriptor":   "*proto.Frame_Dial carries 1 descriptors, want 0",
 		"unknown-upstream":     `Dial for "nowhere", which is no configured upstream`,
 		"release-unheld":       `releases an upstream connection to "app" it does not hold`,
+		"reclaimed-unasked":    `Reclaimed "app" without a Reclaim`,
 		"ratecheck-foreign":    "RateCheck for connection 424242 it does not hold",
 		"request-before-ready": "request before Ready",
 	}
-	for _, mode := range []string{"request-descriptor", "unknown-upstream", "release-unheld", "ratecheck-foreign", "request-before-ready"} {
+	for _, mode := range []string{"request-descriptor", "unknown-upstream", "release-unheld", "reclaimed-unasked", "ratecheck-foreign", "request-before-ready"} {
 		t.Run(mode, func(t *testing.T) {
 			h := startNoWait(t, requestConfig(acceptAndClose(t), ""), "hostile-worker", mode)
 			h.expectDeaths(1)
