@@ -53,9 +53,11 @@ func TestRoutineClientEventsAreNotWarnings(t *testing.T) {
 		t.Fatalf("exit status %d after drain", code)
 	}
 	logs := p.log()
-	summary := regexp.MustCompile(`(?m)^\S+ \[INFO\]  gatehouse\.dispatcher: client events: period=\S+ refused_per_client=3 peer_closed=1$`)
-	if !summary.MatchString(logs) {
-		t.Errorf("no INFO summary of the refusals and the close:\n%s", logs)
+	// Other routine events (the admitted connections' first-byte timeouts on
+	// a slow machine) may join the summary.
+	summary := regexp.MustCompile(`(?m)^\S+ \[INFO\]  gatehouse\.dispatcher: client events: period=\S+ .*$`).FindString(logs)
+	if !strings.Contains(summary, " refused_per_client=3") || !strings.Contains(summary, " peer_closed=1") {
+		t.Errorf("no INFO summary of the refusals and the close (%q):\n%s", summary, logs)
 	}
 	if w := warnOrError.FindAllString(logs, -1); len(w) > 0 {
 		t.Errorf("routine client behaviour logged for an operator to look at:\n%s", strings.Join(w, "\n"))
