@@ -1,0 +1,358 @@
+package worker
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// The round tests run a real Worker (its frame loop, rounds and handlers)
+// over a socketpair, with the test as its supervisor, and real client
+// connections on loopback handed over by descriptor.
+
+const roundsConfig = `
+listener "http" {
+  address = "127.0.0.1:0"
+}
+workers {
+  concurrency = 4
+}
+limits {
+  max_body_bytes = 16
+}
+log {
+  access_log = false
+}
+route "/" {
+  respond {
+    status = 200
+    body   = "ok\n"
+  }
+}
+`
+
+// roundWait bounds every wait for the worker; only a broken worker reaches it.
+const roundWait = 10 * time.Second
+
+type roundHarness struct {
+	t      *testing.T
+	super  *ipc.Stream
+	frames chan *proto.Frame
+	nextID uint64
+}
+
+// startWorker runs a worker on roundsConfig and completes its Hello.
+func startWorker(t *testing.T) *roundHarness {
+	t.Helper()
+	ws, ss := streamPair(t)
+	w := &Worker{log: hclog.NewNullLogger(), roots: nil}
+	w.ch, w.calls.ch = ws, ws
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.run(nil) }()
+	t.Cleanup(func() {
+		ss.Close()
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		case <-time.After(roundWait):
+			t.Error("worker did not stop when its channel closed")
+		}
+	})
+	h := &roundHarness{t: t, super: ss, frames: make(chan *proto.Frame, 64)}
+	go func() {
+		defer close(h.frames)
+		for {
+			f := new(proto.Frame)
+			fd, err := ss.Recv(f)
+			if err != nil {
+				return
+			}
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			h.frames <- f
+		}
+	}()
+	hello := &proto.Hello{Config: []byte(roundsConfig), ConfigName: "rounds.hcl", Concurrency: 4}
+	if err := ss.Send(&proto.Frame{Body: &proto.Frame_Hello{Hello: hello}}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if f := h.next(); f.GetReady() == nil {
+		t.Fatalf("got %T after Hello, want Ready", f.Body)
+	}
+	return h
+}
+
+func (h *roundHarness) next() *proto.Frame {
+	h.t.Helper()
+	select {
+	case f, ok := <-h.frames:
+		if !ok {
+			h.t.Fatal("worker closed its channel")
+		}
+		return f
+	case <-time.After(roundWait):
+		h.t.Fatal("no frame from the worker")
+	}
+	return nil
+}
+
+// client is one loopback connection: the client's end, and the descriptor
+// the supervisor would keep for the server's end (non-blocking, as accepted).
+type client struct {
+	c  net.Conn
+	br *bufio.Reader
+	fd int
+	id uint64
+	// requests is the count the supervisor recorded from the last Done.
+	requests uint32
+}
+
+func (h *roundHarness) connect() *client {
+	h.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sc, err := ln.Accept()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	rc, err := sc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	fd := -1
+	rc.Control(func(s uintptr) { fd, err = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) })
+	sc.Close()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.nextID++
+	cl := &client{c: c, br: bufio.NewReader(c), fd: fd, id: h.nextID}
+	h.t.Cleanup(func() { c.Close(); unix.Close(fd) })
+	return cl
+}
+
+// dispatch hands cl to the worker with carried input, and returns its Done.
+func (h *roundHarness) dispatch(cl *client, carried []byte) *proto.Done {
+	h.t.Helper()
+	d := &proto.Dispatch{
+		ConnId:           cl.id,
+		HasFd:            true,
+		Peer:             cl.c.LocalAddr().String(),
+		ClientKey:        "127.0.0.1",
+		Carried:          carried,
+		Requests:         cl.requests,
+		AcceptedUnixNano: time.Now().UnixNano(),
+	}
+	if err := h.super.Send(&proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: d}}, cl.fd); err != nil {
+		h.t.Fatal(err)
+	}
+	f := h.next()
+	done := f.GetDone()
+	if done == nil || done.GetConnId() != cl.id {
+		h.t.Fatalf("got %v, want Done for connection %d", f, cl.id)
+	}
+	cl.requests = done.GetRequests()
+	return done
+}
+
+func (cl *client) write(t *testing.T, s string) {
+	t.Helper()
+	if _, err := io.WriteString(cl.c, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (cl *client) response(t *testing.T) *http.Response {
+	t.Helper()
+	cl.c.SetReadDeadline(time.Now().Add(roundWait))
+	r, err := http.ReadResponse(cl.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	return r
+}
+
+func get(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }
+
+// waitReadable waits until the client's request reached the server's socket,
+// as the supervisor dispatches only a readable connection.
+func waitReadable(t *testing.T, fd int) {
+	t.Helper()
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(pfd, int(roundWait/time.Millisecond)); n != 1 || err != nil {
+		t.Fatalf("connection not readable: %d %v", n, err)
+	}
+}
+
+// connection is the response's Connection header; net/http takes "close"
+// out of the header into Close.
+func connection(r *http.Response) string {
+	if r.Close {
+		return "close"
+	}
+	return r.Header.Get("Connection")
+}
+
+// sameEnd reports whether got ends the connection as want does: LINGER is a
+// close that discards the client's remaining input first.
+func sameEnd(got, want proto.Disposition) bool {
+	if want == proto.Disposition_CLOSE && got == proto.Disposition_LINGER {
+		return true
+	}
+	return got == want
+}
+
+func TestRoundKeepAlive(t *testing.T) {
+	h := startWorker(t)
+	for _, tc := range []struct {
+		name     string
+		requests []string // one per dispatch
+		disp     proto.Disposition
+		conn     string // the last response's Connection header
+	}{
+		{"HTTP/1.1 kept alive", []string{get("/"), get("/")}, proto.Disposition_KEEP_ALIVE, "keep-alive"},
+		{"Connection: close", []string{"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"}, proto.Disposition_CLOSE, "close"},
+		{"HTTP/1.0 closes", []string{"GET / HTTP/1.0\r\n\r\n"}, proto.Disposition_CLOSE, "close"},
+		{"HTTP/1.0 keep-alive", []string{"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"}, proto.Disposition_KEEP_ALIVE, "keep-alive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := h.connect()
+			var done *proto.Done
+			for i, req := range tc.requests {
+				cl.write(t, req)
+				waitReadable(t, cl.fd)
+				done = h.dispatch(cl, nil)
+				r := cl.response(t)
+				if r.StatusCode != 200 {
+					t.Fatalf("round %d: status %d", i, r.StatusCode)
+				}
+				if done.GetRequests() != uint32(i+1) {
+					t.Fatalf("round %d: Done counts %d requests, want %d", i, done.GetRequests(), i+1)
+				}
+				if i == len(tc.requests)-1 && connection(r) != tc.conn {
+					t.Errorf("Connection: %q, want %q", connection(r), tc.conn)
+				}
+				if tc.conn == "keep-alive" && !strings.HasPrefix(r.Header.Get("Keep-Alive"), "timeout=") {
+					t.Errorf("Keep-Alive: %q, want timeout=N", r.Header.Get("Keep-Alive"))
+				}
+			}
+			if !sameEnd(done.GetDisposition(), tc.disp) {
+				t.Errorf("disposition %v, want %v", done.GetDisposition(), tc.disp)
+			}
+			if len(done.GetCarried()) != 0 {
+				t.Errorf("carried %q, want nothing", done.GetCarried())
+			}
+		})
+	}
+}
+
+// TestRoundPipelining: requests already buffered are served in one dispatch,
+// up to the fairness bound; the rest goes back as carried bytes, which the
+// next dispatch serves first.
+func TestRoundPipelining(t *testing.T) {
+	h := startWorker(t)
+	cl := h.connect()
+	const n = pipelineRounds + 2
+	cl.write(t, strings.Repeat(get("/"), n))
+	// Everything written is at the socket before the first dispatch, so
+	// the first round reads all of it.
+	for buffered := 0; buffered < n*len(get("/")); {
+		waitReadable(t, cl.fd)
+		var err error
+		if buffered, err = unix.IoctlGetInt(cl.fd, unix.SIOCINQ); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := h.dispatch(cl, nil)
+	if done.GetRequests() != pipelineRounds || done.GetDisposition() != proto.Disposition_KEEP_ALIVE {
+		t.Fatalf("first dispatch: %d requests, %v; want %d, KEEP_ALIVE", done.GetRequests(), done.GetDisposition(), pipelineRounds)
+	}
+	if want := strings.Repeat(get("/"), n-pipelineRounds); string(done.GetCarried()) != want {
+		t.Fatalf("carried %q, want %q", done.GetCarried(), want)
+	}
+	done = h.dispatch(cl, done.GetCarried())
+	if done.GetRequests() != n || len(done.GetCarried()) != 0 {
+		t.Fatalf("second dispatch: %d requests, carried %q; want %d and nothing", done.GetRequests(), done.GetCarried(), n)
+	}
+	for i := 0; i < n; i++ {
+		if r := cl.response(t); r.StatusCode != 200 {
+			t.Fatalf("response %d: status %d", i, r.StatusCode)
+		}
+	}
+}
+
+// TestRoundCarriedOnly: a request carried in the Dispatch is served with
+// nothing on the socket.
+func TestRoundCarriedOnly(t *testing.T) {
+	h := startWorker(t)
+	cl := h.connect()
+	done := h.dispatch(cl, []byte(get("/")))
+	if done.GetRequests() != 1 || done.GetDisposition() != proto.Disposition_KEEP_ALIVE {
+		t.Fatalf("%d requests, %v; want 1, KEEP_ALIVE", done.GetRequests(), done.GetDisposition())
+	}
+	if r := cl.response(t); r.StatusCode != 200 {
+		t.Fatalf("status %d", r.StatusCode)
+	}
+}
+
+// TestRoundLimits: requests over the head and body caps are answered with
+// their status and the connection is closed; the 1000th request's response
+// closes the connection.
+func TestRoundLimits(t *testing.T) {
+	h := startWorker(t)
+	for _, tc := range []struct {
+		name     string
+		req      string
+		previous uint32 // requests the connection served before
+		status   int
+		disp     proto.Disposition
+	}{
+		{"start line over 8 KiB", "GET /" + strings.Repeat("a", 9000) + " HTTP/1.1\r\nHost: x\r\n\r\n", 0, 414, proto.Disposition_CLOSE},
+		{"header section over 32 KiB", "GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-A: "+strings.Repeat("b", 1000)+"\r\n", 40) + "\r\n", 0, 431, proto.Disposition_CLOSE},
+		{"over 100 header lines", "GET / HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-A: b\r\n", 101) + "\r\n", 0, 431, proto.Disposition_CLOSE},
+		{"body over max_body_bytes", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n" + strings.Repeat("c", 17), 0, 413, proto.Disposition_CLOSE},
+		{"bad Content-Length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", 0, 400, proto.Disposition_CLOSE},
+		{"HTTP/2.0", "GET / HTTP/2.0\r\nHost: x\r\n\r\n", 0, 505, proto.Disposition_CLOSE},
+		{"1000th request", get("/"), maxRequestsPerConn - 1, 200, proto.Disposition_CLOSE},
+		{"body within max_body_bytes", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n" + strings.Repeat("c", 16), 0, 200, proto.Disposition_KEEP_ALIVE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := h.connect()
+			cl.requests = tc.previous
+			cl.write(t, tc.req)
+			waitReadable(t, cl.fd)
+			done := h.dispatch(cl, nil)
+			r := cl.response(t)
+			if r.StatusCode != tc.status {
+				t.Errorf("status %d, want %d", r.StatusCode, tc.status)
+			}
+			if !sameEnd(done.GetDisposition(), tc.disp) {
+				t.Errorf("disposition %v, want %v", done.GetDisposition(), tc.disp)
+			}
+			if tc.disp == proto.Disposition_CLOSE && connection(r) != "close" {
+				t.Errorf("Connection: %q, want close", connection(r))
+			}
+		})
+	}
+}
