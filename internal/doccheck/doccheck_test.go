@@ -1,0 +1,115 @@
+// Package doccheck holds tests that keep the repository self-contained: no
+// file cites a document outside it, and every citation of docs/DESIGN.md
+// names a section that exists.
+package doccheck
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// root is the repository root, two levels above this package.
+const root = "../.."
+
+// sections are DESIGN.md's top-level sections, numbered as the product's
+// specification numbers them; code cites them by these numbers.
+var sections = []string{
+	"1. Processes and trust",
+	"2. Connection lifecycle",
+	"3. A request round in the worker",
+	"4. The IPC channel",
+	"5. Sandbox",
+	"6. Operating it",
+	"7. Defaults",
+	"8. Interfaces",
+	"9. TLS",
+	"10. Long-lived requests",
+}
+
+var (
+	// outside matches a citation of a file outside the repository.
+	outside = regexp.MustCompile(`\bSPEC(\.md)?\b|\.\./shared|\breference/[a-z-]+\.txt`)
+	// citation matches a citation of a DESIGN.md section.
+	citation = regexp.MustCompile(`DESIGN\.md §(\d+(?:\.\d+)?)`)
+	heading  = regexp.MustCompile(`(?m)^#{2,3} (\d+(?:\.\d+)?)\.? `)
+)
+
+// sources returns the repository's Go, Markdown and protobuf files and its
+// Makefile, with their contents.
+func sources(t *testing.T) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(name)
+		if ext != ".go" && ext != ".md" && ext != ".proto" && name != "Makefile" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files[path] = string(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 50 {
+		t.Fatalf("found %d source files under %s: not the repository", len(files), root)
+	}
+	return files
+}
+
+func TestNoCitationOutsideTheRepository(t *testing.T) {
+	for path, text := range sources(t) {
+		if filepath.Ext(path) == ".go" && strings.HasSuffix(path, ".pb.go") {
+			continue // generated
+		}
+		for i, line := range strings.Split(text, "\n") {
+			// Protocol constants spelled UNSPEC/UNSPECIFIED are no citation.
+			if m := outside.FindString(line); m != "" && !strings.Contains(line, "UNSPEC") {
+				t.Errorf("%s:%d cites %q, outside the repository: %s", path, i+1, m, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+func TestDesignCitationsExist(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "docs", "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	design := string(b)
+	for _, s := range sections {
+		if !strings.Contains(design, "\n## "+s+"\n") {
+			t.Errorf("DESIGN.md has no section %q", s)
+		}
+	}
+	have := map[string]bool{}
+	for _, m := range heading.FindAllStringSubmatch(design, -1) {
+		have[m[1]] = true
+	}
+	for path, text := range sources(t) {
+		for i, line := range strings.Split(text, "\n") {
+			for _, m := range citation.FindAllStringSubmatch(line, -1) {
+				if !have[m[1]] {
+					t.Errorf("%s:%d cites docs/DESIGN.md §%s, which does not exist", path, i+1, m[1])
+				}
+			}
+		}
+	}
+}
