@@ -110,6 +110,7 @@ func TestWorkerOutputIsRelayedSafely(t *testing.T) {
 	// lines a second) for as long as the test ran got through.
 	n := len(relayed.FindAllString(logs, -1))
 	dropped := s.Counters["worker_log_lines_dropped"]
+	t.Logf("%d lines relayed, %d dropped in %v", n, dropped, elapsed.Round(time.Millisecond))
 	if limit := 1000 + int(100*elapsed.Seconds()) + 1; n > limit {
 		t.Errorf("%d lines relayed in %v, over the relay's limit of %d", n, elapsed.Round(time.Millisecond), limit)
 	}
