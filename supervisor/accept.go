@@ -46,7 +46,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 	l := d.listeners[i]
 	proxy := d.proxyListener(l.name)
 	for n := 0; n < acceptBatch; n++ {
-		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.fdReserve >= d.fdLimit &&
+		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.heldFDs+d.fdReserve >= d.fdLimit &&
 			!d.evictIdle("descriptor reserve") && !d.evictIncomplete("descriptor reserve") {
 			d.pauseAccept(now, "descriptor reserve reached and no idle or incomplete connection to close")
 			return

@@ -100,7 +100,10 @@ type workerSet struct {
 type broker struct {
 	upstreams  map[string]*upstreamState
 	nextUpConn uint64 // the last upstream connection id given out
-	limiter    *limiter
+	// heldFDs counts the supervisor's copies of upstream sockets held by
+	// workers, which the descriptor reserve arithmetic adds to the clients'.
+	heldFDs int
+	limiter *limiter
 }
 
 func newDispatcher(s *Supervisor) (*dispatcher, error) {

@@ -261,6 +261,7 @@ func (d *dispatcher) dialed(r dialResult, now time.Time) {
 		w.upConns = make(map[uint64]heldConn)
 	}
 	w.upConns[d.nextUpConn] = heldConn{fd: r.keep, upstream: r.upstream}
+	d.heldFDs++
 	w.held[r.upstream]++
 	u.held++
 	w.slots.Release()
@@ -300,6 +301,7 @@ func (d *dispatcher) releaseUpstream(w *workerProc, rel *proto.UpstreamRelease, 
 	}
 	delete(w.upConns, rel.GetConn())
 	shutClose(hc.fd)
+	d.heldFDs--
 	w.held[name]--
 	if u := d.upstreams[name]; u != nil {
 		u.held--
@@ -320,6 +322,7 @@ func (d *dispatcher) releaseUpstreams(w *workerProc, now time.Time) {
 	freed := map[string]bool{}
 	for _, hc := range w.upConns {
 		shutClose(hc.fd)
+		d.heldFDs--
 		if u := d.upstreams[hc.upstream]; u != nil {
 			u.held--
 			freed[hc.upstream] = true
