@@ -51,10 +51,14 @@ var (
 			{Name: "write_timeout"},
 			{Name: "shutdown_grace"},
 			{Name: "ipc_max_in_flight_requests"},
+			{Name: "body_buffer_bytes"},
+			{Name: "body_buffer_connections"},
+			{Name: "body_buffer_bytes_per_client"},
+			{Name: "body_buffer_connections_per_client"},
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}},
 	}
 	staticSchema = &hcl.BodySchema{
@@ -322,6 +326,10 @@ func (d *decoder) limits(b *hcl.Block, l *Limits) {
 	durationAttr(d, attrs, "write_timeout", "limits.write_timeout", time.Second, 600*time.Second, &l.WriteTimeout)
 	durationAttr(d, attrs, "shutdown_grace", "limits.shutdown_grace", 0, 600*time.Second, &l.ShutdownGrace)
 	intAttr(d, attrs, "ipc_max_in_flight_requests", "limits.ipc_max_in_flight_requests", 1, 65536, &l.IPCMaxInFlightRequests)
+	intAttr(d, attrs, "body_buffer_bytes", "limits.body_buffer_bytes", 1<<20, 1<<40, &l.BodyBufferBytes)
+	intAttr(d, attrs, "body_buffer_connections", "limits.body_buffer_connections", 1, 1_000_000, &l.BodyBufferConnections)
+	intAttr(d, attrs, "body_buffer_bytes_per_client", "limits.body_buffer_bytes_per_client", 1<<20, 1<<40, &l.BodyBufferBytesPerClient)
+	intAttr(d, attrs, "body_buffer_connections_per_client", "limits.body_buffer_connections_per_client", 1, 65535, &l.BodyBufferConnectionsPerClient)
 }
 
 func (d *decoder) admin(b *hcl.Block, a *Admin, base string) {

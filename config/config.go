@@ -115,6 +115,14 @@ type Limits struct {
 	// IPCMaxInFlightRequests caps the requests one worker channel may have
 	// outstanding at the supervisor (docs/DESIGN.md §7): 1..65536, default 256.
 	IPCMaxInFlightRequests int
+	// The body budget: request bodies being received outside the request
+	// pool (docs/DESIGN.md §3.3), in bytes charged (Content-Length, or
+	// max_body_bytes when chunked) and in connections, globally and per
+	// client key.
+	BodyBufferBytes                int64 // 1 MiB..1 TiB, default 256 MiB
+	BodyBufferConnections          int   // 1..1000000, default 1024
+	BodyBufferBytesPerClient       int64 // 1 MiB..1 TiB, default 32 MiB
+	BodyBufferConnectionsPerClient int   // 1..65535, default 64
 }
 
 // Route is one `route "PREFIX" { ... }` block; exactly one of Static and
@@ -133,6 +141,11 @@ type Route struct {
 	UploadTokenSHA256 [][32]byte
 	// AllowTrace passes TRACE requests to the handler (default false: 405).
 	AllowTrace bool
+	// StreamBody is `request_buffering = false`: the request body is
+	// streamed to the handler as it arrives, the request holding its pool
+	// slot meanwhile. By default (false) a body up to max_body_bytes is
+	// received before the request takes a pool slot.
+	StreamBody bool
 }
 
 // Static serves files under Root.

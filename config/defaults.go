@@ -19,7 +19,12 @@ const (
 	DefaultWriteTimeout            = 30 * time.Second
 	DefaultShutdownGrace           = 10 * time.Second
 	DefaultIPCMaxInFlightRequests  = 256
-	DefaultIPv6ClientPrefixLength  = 64
+	// The body budget (docs/DESIGN.md §3.3).
+	DefaultBodyBufferBytes                = 256 << 20
+	DefaultBodyBufferConnections          = 1024
+	DefaultBodyBufferBytesPerClient       = 32 << 20
+	DefaultBodyBufferConnectionsPerClient = 64
+	DefaultIPv6ClientPrefixLength         = 64
 
 	defaultIndex = "index.html"
 	// DefaultStaticType is static.default_type's default, as nginx's.
@@ -56,16 +61,20 @@ func defaults() Config {
 			Concurrency: DefaultWorkerConcurrency,
 		},
 		Limits: Limits{
-			FirstByteTimeout:        DefaultFirstByteTimeout,
-			KeepAliveIdleTimeout:    DefaultKeepAliveIdleTimeout,
-			KeepAliveMaxConnections: DefaultKeepAliveMaxConnections,
-			MaxConnectionsPerClient: DefaultMaxConnectionsPerClient,
-			MaxQueuedConnections:    DefaultMaxQueuedConnections,
-			MaxBodyBytes:            DefaultMaxBodyBytes,
-			NoWorkerTimeout:         DefaultNoWorkerTimeout,
-			WriteTimeout:            DefaultWriteTimeout,
-			ShutdownGrace:           DefaultShutdownGrace,
-			IPCMaxInFlightRequests:  DefaultIPCMaxInFlightRequests,
+			FirstByteTimeout:               DefaultFirstByteTimeout,
+			KeepAliveIdleTimeout:           DefaultKeepAliveIdleTimeout,
+			KeepAliveMaxConnections:        DefaultKeepAliveMaxConnections,
+			MaxConnectionsPerClient:        DefaultMaxConnectionsPerClient,
+			MaxQueuedConnections:           DefaultMaxQueuedConnections,
+			MaxBodyBytes:                   DefaultMaxBodyBytes,
+			NoWorkerTimeout:                DefaultNoWorkerTimeout,
+			WriteTimeout:                   DefaultWriteTimeout,
+			ShutdownGrace:                  DefaultShutdownGrace,
+			IPCMaxInFlightRequests:         DefaultIPCMaxInFlightRequests,
+			BodyBufferBytes:                DefaultBodyBufferBytes,
+			BodyBufferConnections:          DefaultBodyBufferConnections,
+			BodyBufferBytesPerClient:       DefaultBodyBufferBytesPerClient,
+			BodyBufferConnectionsPerClient: DefaultBodyBufferConnectionsPerClient,
 		},
 		Sandbox: Sandbox{Mode: "strict", SeccompAction: "kill"},
 		Log: Log{Format: "text", Level: "info", AccessLog: true, ClientAddresses: true,

@@ -40,6 +40,9 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	name := fmt.Sprintf("route %q", prefix)
 	d.upload(content.Attributes, name, &r)
 	boolAttr(d, content.Attributes, "allow_trace", name+": allow_trace", &r.AllowTrace)
+	buffering := true
+	boolAttr(d, content.Attributes, "request_buffering", name+": request_buffering", &buffering)
+	r.StreamBody = !buffering
 	handlers := content.Blocks
 	if len(handlers) == 0 {
 		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, proxy, metrics or embedded).", name)

@@ -39,11 +39,16 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 	dispatch := frame(&proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{
 		ConnId: 19, HasFd: true, Peer: "[::1]:4000", ClientKey: "::/64",
 	}}})
+	bodyStart := frame(&proto.Frame{Id: 9, Body: &proto.Frame_BodyStart{BodyStart: &proto.BodyStart{ConnId: 17, Length: 1000000}}})
+	bodyDone := frame(&proto.Frame{Id: 10, Body: &proto.Frame_BodyDone{BodyDone: &proto.BodyDone{ConnId: 17}}})
 	accessLog := frame(&proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}})
 	return []fuzzSeed{
 		{"ready", ready, 0},
 		{"access-log-fd", accessLog, 1},
 		{"access-log-missing-fd", accessLog, 0},
+		{"body-start", bodyStart, 0},
+		{"body-done", bodyDone, 0},
+		{"body-start-with-fd", bodyStart, 1},
 		{"done", done, 0},
 		{"done-linger", doneClose, 0},
 		{"pong", pong, 0},

@@ -171,6 +171,9 @@ type Frame struct {
 	//	*Frame_Reclaim
 	//	*Frame_Reclaimed
 	//	*Frame_AccessLog
+	//	*Frame_BodyStart
+	//	*Frame_BodyDone
+	//	*Frame_BodyReply
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -391,6 +394,33 @@ func (x *Frame) GetAccessLog() *AccessLog {
 	return nil
 }
 
+func (x *Frame) GetBodyStart() *BodyStart {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_BodyStart); ok {
+			return x.BodyStart
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetBodyDone() *BodyDone {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_BodyDone); ok {
+			return x.BodyDone
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetBodyReply() *BodyReply {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_BodyReply); ok {
+			return x.BodyReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -478,6 +508,20 @@ type Frame_AccessLog struct {
 	AccessLog *AccessLog `protobuf:"bytes,20,opt,name=access_log,json=accessLog,proto3,oneof"`
 }
 
+type Frame_BodyStart struct {
+	// Worker requests for a request body received outside the pool.
+	BodyStart *BodyStart `protobuf:"bytes,21,opt,name=body_start,json=bodyStart,proto3,oneof"`
+}
+
+type Frame_BodyDone struct {
+	BodyDone *BodyDone `protobuf:"bytes,22,opt,name=body_done,json=bodyDone,proto3,oneof"`
+}
+
+type Frame_BodyReply struct {
+	// Supervisor reply to BodyStart and BodyDone.
+	BodyReply *BodyReply `protobuf:"bytes,23,opt,name=body_reply,json=bodyReply,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -516,6 +560,165 @@ func (*Frame_Reclaimed) isFrame_Body() {}
 
 func (*Frame_AccessLog) isFrame_Body() {}
 
+func (*Frame_BodyStart) isFrame_Body() {}
+
+func (*Frame_BodyDone) isFrame_Body() {}
+
+func (*Frame_BodyReply) isFrame_Body() {}
+
+// BodyStart tells the supervisor that the worker is about to receive the
+// request body of a connection it holds before running the handler. On ok
+// the connection's pool slot and share are released and the body budget
+// (per client and global, in bytes and connections) is charged with length
+// instead; refused when the budget has no room (the worker answers 503).
+type BodyStart struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ConnId uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	// length is the bytes charged: the Content-Length, or the body cap for a
+	// chunked body.
+	Length        int64 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BodyStart) Reset() {
+	*x = BodyStart{}
+	mi := &file_gatehouse_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BodyStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BodyStart) ProtoMessage() {}
+
+func (x *BodyStart) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BodyStart.ProtoReflect.Descriptor instead.
+func (*BodyStart) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BodyStart) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
+func (x *BodyStart) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+// BodyDone tells the supervisor that the body of a connection that
+// BodyStart took out of the pool is complete: its budget is released and
+// the connection waits, under the share and the pool like any request, for
+// a pool slot. The reply comes when it has one (ok), or refused after
+// no_worker_timeout (the worker answers 503).
+type BodyDone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BodyDone) Reset() {
+	*x = BodyDone{}
+	mi := &file_gatehouse_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BodyDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BodyDone) ProtoMessage() {}
+
+func (x *BodyDone) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BodyDone.ProtoReflect.Descriptor instead.
+func (*BodyDone) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BodyDone) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
+// BodyReply answers BodyStart and BodyDone.
+type BodyReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BodyReply) Reset() {
+	*x = BodyReply{}
+	mi := &file_gatehouse_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BodyReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BodyReply) ProtoMessage() {}
+
+func (x *BodyReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BodyReply.ProtoReflect.Descriptor instead.
+func (*BodyReply) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BodyReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
 // Dial asks the supervisor for a connection to a configured upstream. A
 // worker names an upstream, never a host or a port.
 type Dial struct {
@@ -527,7 +730,7 @@ type Dial struct {
 
 func (x *Dial) Reset() {
 	*x = Dial{}
-	mi := &file_gatehouse_proto_msgTypes[1]
+	mi := &file_gatehouse_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +742,7 @@ func (x *Dial) String() string {
 func (*Dial) ProtoMessage() {}
 
 func (x *Dial) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[1]
+	mi := &file_gatehouse_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +755,7 @@ func (x *Dial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dial.ProtoReflect.Descriptor instead.
 func (*Dial) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+	return file_gatehouse_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Dial) GetUpstream() string {
@@ -582,7 +785,7 @@ type DialReply struct {
 
 func (x *DialReply) Reset() {
 	*x = DialReply{}
-	mi := &file_gatehouse_proto_msgTypes[2]
+	mi := &file_gatehouse_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +797,7 @@ func (x *DialReply) String() string {
 func (*DialReply) ProtoMessage() {}
 
 func (x *DialReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[2]
+	mi := &file_gatehouse_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +810,7 @@ func (x *DialReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DialReply.ProtoReflect.Descriptor instead.
 func (*DialReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{2}
+	return file_gatehouse_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DialReply) GetOk() bool {
@@ -659,7 +862,7 @@ type UpstreamRelease struct {
 
 func (x *UpstreamRelease) Reset() {
 	*x = UpstreamRelease{}
-	mi := &file_gatehouse_proto_msgTypes[3]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +874,7 @@ func (x *UpstreamRelease) String() string {
 func (*UpstreamRelease) ProtoMessage() {}
 
 func (x *UpstreamRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[3]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +887,7 @@ func (x *UpstreamRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamRelease.ProtoReflect.Descriptor instead.
 func (*UpstreamRelease) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{3}
+	return file_gatehouse_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UpstreamRelease) GetUpstream() string {
@@ -713,7 +916,7 @@ type Reclaim struct {
 
 func (x *Reclaim) Reset() {
 	*x = Reclaim{}
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +928,7 @@ func (x *Reclaim) String() string {
 func (*Reclaim) ProtoMessage() {}
 
 func (x *Reclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +941,7 @@ func (x *Reclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reclaim.ProtoReflect.Descriptor instead.
 func (*Reclaim) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+	return file_gatehouse_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Reclaim) GetUpstream() string {
@@ -759,7 +962,7 @@ type Reclaimed struct {
 
 func (x *Reclaimed) Reset() {
 	*x = Reclaimed{}
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +974,7 @@ func (x *Reclaimed) String() string {
 func (*Reclaimed) ProtoMessage() {}
 
 func (x *Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +987,7 @@ func (x *Reclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reclaimed.ProtoReflect.Descriptor instead.
 func (*Reclaimed) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{5}
+	return file_gatehouse_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Reclaimed) GetUpstream() string {
@@ -809,7 +1012,7 @@ type RateCheck struct {
 
 func (x *RateCheck) Reset() {
 	*x = RateCheck{}
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1024,7 @@ func (x *RateCheck) String() string {
 func (*RateCheck) ProtoMessage() {}
 
 func (x *RateCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1037,7 @@ func (x *RateCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateCheck.ProtoReflect.Descriptor instead.
 func (*RateCheck) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+	return file_gatehouse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RateCheck) GetConnId() uint64 {
@@ -870,7 +1073,7 @@ type RateReply struct {
 
 func (x *RateReply) Reset() {
 	*x = RateReply{}
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1085,7 @@ func (x *RateReply) String() string {
 func (*RateReply) ProtoMessage() {}
 
 func (x *RateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1098,7 @@ func (x *RateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateReply.ProtoReflect.Descriptor instead.
 func (*RateReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{7}
+	return file_gatehouse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RateReply) GetAllowed() bool {
@@ -921,7 +1124,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1136,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1149,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{8}
+	return file_gatehouse_proto_rawDescGZIP(), []int{11}
 }
 
 // StatsReply carries the metrics in the Prometheus text format.
@@ -959,7 +1162,7 @@ type StatsReply struct {
 
 func (x *StatsReply) Reset() {
 	*x = StatsReply{}
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1174,7 @@ func (x *StatsReply) String() string {
 func (*StatsReply) ProtoMessage() {}
 
 func (x *StatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1187,7 @@ func (x *StatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReply.ProtoReflect.Descriptor instead.
 func (*StatsReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{9}
+	return file_gatehouse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatsReply) GetText() []byte {
@@ -1005,7 +1208,7 @@ type Overloaded struct {
 
 func (x *Overloaded) Reset() {
 	*x = Overloaded{}
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1220,7 @@ func (x *Overloaded) String() string {
 func (*Overloaded) ProtoMessage() {}
 
 func (x *Overloaded) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1233,7 @@ func (x *Overloaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Overloaded.ProtoReflect.Descriptor instead.
 func (*Overloaded) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{10}
+	return file_gatehouse_proto_rawDescGZIP(), []int{13}
 }
 
 // LogLevel sets the worker's log level.
@@ -1043,7 +1246,7 @@ type LogLevel struct {
 
 func (x *LogLevel) Reset() {
 	*x = LogLevel{}
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1258,7 @@ func (x *LogLevel) String() string {
 func (*LogLevel) ProtoMessage() {}
 
 func (x *LogLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1271,7 @@ func (x *LogLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLevel.ProtoReflect.Descriptor instead.
 func (*LogLevel) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{11}
+	return file_gatehouse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogLevel) GetLevel() string {
@@ -1090,7 +1293,7 @@ type AccessLog struct {
 
 func (x *AccessLog) Reset() {
 	*x = AccessLog{}
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1305,7 @@ func (x *AccessLog) String() string {
 func (*AccessLog) ProtoMessage() {}
 
 func (x *AccessLog) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1318,7 @@ func (x *AccessLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
 func (*AccessLog) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{12}
+	return file_gatehouse_proto_rawDescGZIP(), []int{15}
 }
 
 // Hello is the supervisor's first frame: who the worker is and what it serves.
@@ -1134,7 +1337,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1349,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1362,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{13}
+	return file_gatehouse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Hello) GetWorkerId() uint32 {
@@ -1209,7 +1412,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1424,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1437,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{14}
+	return file_gatehouse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -1269,7 +1472,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1484,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1497,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{15}
+	return file_gatehouse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -1333,7 +1536,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1548,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1561,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{16}
+	return file_gatehouse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -1438,7 +1641,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1653,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1666,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{17}
+	return file_gatehouse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -1527,7 +1730,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1742,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1755,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{18}
+	return file_gatehouse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Response) GetStatus() uint32 {
@@ -1578,7 +1781,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1793,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1806,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{19}
+	return file_gatehouse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -1623,7 +1826,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1838,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1851,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{20}
+	return file_gatehouse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -1674,7 +1877,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1889,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,14 +1902,14 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{21}
+	return file_gatehouse_proto_rawDescGZIP(), []int{24}
 }
 
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\x97\b\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xc2\t\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -1735,8 +1938,20 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\areclaim\x18\x12 \x01(\v2\x15.gatehouse.v1.ReclaimH\x00R\areclaim\x127\n" +
 	"\treclaimed\x18\x13 \x01(\v2\x17.gatehouse.v1.ReclaimedH\x00R\treclaimed\x128\n" +
 	"\n" +
-	"access_log\x18\x14 \x01(\v2\x17.gatehouse.v1.AccessLogH\x00R\taccessLogB\x06\n" +
-	"\x04body\"\"\n" +
+	"access_log\x18\x14 \x01(\v2\x17.gatehouse.v1.AccessLogH\x00R\taccessLog\x128\n" +
+	"\n" +
+	"body_start\x18\x15 \x01(\v2\x17.gatehouse.v1.BodyStartH\x00R\tbodyStart\x125\n" +
+	"\tbody_done\x18\x16 \x01(\v2\x16.gatehouse.v1.BodyDoneH\x00R\bbodyDone\x128\n" +
+	"\n" +
+	"body_reply\x18\x17 \x01(\v2\x17.gatehouse.v1.BodyReplyH\x00R\tbodyReplyB\x06\n" +
+	"\x04body\"<\n" +
+	"\tBodyStart\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x03R\x06length\"#\n" +
+	"\bBodyDone\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId\"\x1b\n" +
+	"\tBodyReply\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"\"\n" +
 	"\x04Dial\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\"|\n" +
 	"\tDialReply\x12\x0e\n" +
@@ -1837,62 +2052,68 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Outcome)(0),            // 1: gatehouse.v1.Outcome
 	(*Frame)(nil),           // 2: gatehouse.v1.Frame
-	(*Dial)(nil),            // 3: gatehouse.v1.Dial
-	(*DialReply)(nil),       // 4: gatehouse.v1.DialReply
-	(*UpstreamRelease)(nil), // 5: gatehouse.v1.UpstreamRelease
-	(*Reclaim)(nil),         // 6: gatehouse.v1.Reclaim
-	(*Reclaimed)(nil),       // 7: gatehouse.v1.Reclaimed
-	(*RateCheck)(nil),       // 8: gatehouse.v1.RateCheck
-	(*RateReply)(nil),       // 9: gatehouse.v1.RateReply
-	(*StatsRequest)(nil),    // 10: gatehouse.v1.StatsRequest
-	(*StatsReply)(nil),      // 11: gatehouse.v1.StatsReply
-	(*Overloaded)(nil),      // 12: gatehouse.v1.Overloaded
-	(*LogLevel)(nil),        // 13: gatehouse.v1.LogLevel
-	(*AccessLog)(nil),       // 14: gatehouse.v1.AccessLog
-	(*Hello)(nil),           // 15: gatehouse.v1.Hello
-	(*SandboxLayer)(nil),    // 16: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 17: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 18: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 19: gatehouse.v1.Done
-	(*Response)(nil),        // 20: gatehouse.v1.Response
-	(*Ping)(nil),            // 21: gatehouse.v1.Ping
-	(*Pong)(nil),            // 22: gatehouse.v1.Pong
-	(*Drain)(nil),           // 23: gatehouse.v1.Drain
+	(*BodyStart)(nil),       // 3: gatehouse.v1.BodyStart
+	(*BodyDone)(nil),        // 4: gatehouse.v1.BodyDone
+	(*BodyReply)(nil),       // 5: gatehouse.v1.BodyReply
+	(*Dial)(nil),            // 6: gatehouse.v1.Dial
+	(*DialReply)(nil),       // 7: gatehouse.v1.DialReply
+	(*UpstreamRelease)(nil), // 8: gatehouse.v1.UpstreamRelease
+	(*Reclaim)(nil),         // 9: gatehouse.v1.Reclaim
+	(*Reclaimed)(nil),       // 10: gatehouse.v1.Reclaimed
+	(*RateCheck)(nil),       // 11: gatehouse.v1.RateCheck
+	(*RateReply)(nil),       // 12: gatehouse.v1.RateReply
+	(*StatsRequest)(nil),    // 13: gatehouse.v1.StatsRequest
+	(*StatsReply)(nil),      // 14: gatehouse.v1.StatsReply
+	(*Overloaded)(nil),      // 15: gatehouse.v1.Overloaded
+	(*LogLevel)(nil),        // 16: gatehouse.v1.LogLevel
+	(*AccessLog)(nil),       // 17: gatehouse.v1.AccessLog
+	(*Hello)(nil),           // 18: gatehouse.v1.Hello
+	(*SandboxLayer)(nil),    // 19: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 20: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 21: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 22: gatehouse.v1.Done
+	(*Response)(nil),        // 23: gatehouse.v1.Response
+	(*Ping)(nil),            // 24: gatehouse.v1.Ping
+	(*Pong)(nil),            // 25: gatehouse.v1.Pong
+	(*Drain)(nil),           // 26: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	15, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	17, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	18, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	19, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	21, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	22, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	23, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
-	3,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
-	8,  // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
-	10, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
-	4,  // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
-	9,  // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
-	11, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
-	12, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
-	5,  // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
-	13, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
-	6,  // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
-	7,  // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
-	14, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
-	16, // 19: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 20: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	1,  // 21: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	20, // 22: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	18, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	20, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	21, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	22, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	24, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	25, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	26, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	6,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
+	11, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
+	13, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
+	7,  // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
+	12, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
+	14, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
+	15, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
+	8,  // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
+	16, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
+	9,  // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
+	10, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
+	17, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
+	3,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
+	4,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
+	5,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
+	19, // 22: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 23: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	1,  // 24: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	23, // 25: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -1920,6 +2141,9 @@ func file_gatehouse_proto_init() {
 		(*Frame_Reclaim)(nil),
 		(*Frame_Reclaimed)(nil),
 		(*Frame_AccessLog)(nil),
+		(*Frame_BodyStart)(nil),
+		(*Frame_BodyDone)(nil),
+		(*Frame_BodyReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1927,7 +2151,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,6 +23,8 @@ func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
 		Stress:                  snap.Stress,
 		FirstByteTimeoutSeconds: snap.FirstByteTimeout.Seconds(),
 		HeadTimeoutSeconds:      snap.HeadTimeout.Seconds(),
+		BodyBytes:               snap.BodyBytes,
+		BodyConns:               snap.BodyConns,
 		Stopping:                snap.Stopping,
 		Workers:                 workersOf(snap),
 		Listeners:               []string{},

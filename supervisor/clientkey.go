@@ -28,6 +28,10 @@ type client struct {
 	// incomplete lists its connections that have not completed a head,
 	// oldest first.
 	incomplete connList
+	// bodyBytes and bodyConns are what its connections receiving a body
+	// outside the pool charge to the body budget.
+	bodyBytes int64
+	bodyConns int
 }
 
 // newClient returns the record of a client key with no connection yet.

@@ -72,4 +72,6 @@ type conn struct {
 	// head, proxy), oldest first: what admission closes to make room.
 	iprev, inext *conn
 	ilist        *connList
+
+	body bodyState // a request body received outside the pool
 }

@@ -99,7 +99,11 @@ type Snapshot struct {
 	Stress           bool
 	FirstByteTimeout time.Duration
 	HeadTimeout      time.Duration
-	Listeners        []netip.AddrPort
+	// BodyBytes and BodyConns are the body budget in use: request bodies
+	// being received outside the pool.
+	BodyBytes int64
+	BodyConns int
+	Listeners []netip.AddrPort
 	// Responses counts responses by status class: "1xx" … "5xx", and
 	// "other" for a status out of range.
 	Responses map[string]uint64
@@ -215,6 +219,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.RateLimitBuckets = d.limiter.len()
 	d.headSnapshot(&s)
+	d.bodySnapshot(&s)
 	s.Responses = map[string]uint64{"other": d.c.byClass[0]}
 	for i := 1; i <= 5; i++ {
 		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]

@@ -91,7 +91,8 @@ func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 		return d.done(w, b.Done, now)
 	case *proto.Frame_Pong:
 		w.lastPong = now
-	case *proto.Frame_Dial, *proto.Frame_RateCheck, *proto.Frame_StatsRequest, *proto.Frame_UpstreamRelease, *proto.Frame_Reclaimed:
+	case *proto.Frame_Dial, *proto.Frame_RateCheck, *proto.Frame_StatsRequest, *proto.Frame_UpstreamRelease, *proto.Frame_Reclaimed,
+		*proto.Frame_BodyStart, *proto.Frame_BodyDone:
 		return d.request(w, f, now)
 	default:
 		d.killWorker(w, fmt.Sprintf("unexpected frame %T", f.Body))

@@ -89,6 +89,9 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 
 // release gives back the slots a connection held at its worker.
 func (d *dispatcher) release(c *conn) {
+	if d.releaseBody(c) {
+		return
+	}
 	c.worker.active--
 	c.worker = nil
 	c.client.out--
@@ -99,6 +102,7 @@ func (d *dispatcher) release(c *conn) {
 // pool's queue, oldest first, then the head of the client's own queue, which
 // now fits its share (it joins the pool's queue if no slot is left).
 func (d *dispatcher) pump(cl *client, now time.Time) {
+	d.pumpBodies()
 	for d.waiting.head != nil {
 		w := d.pickWorker()
 		if w == nil {

@@ -107,7 +107,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 			next = t
 		}
 	}
-	for _, l := range []*connList{&d.idleTimers, &d.waitTimers, &d.lingerTimers} {
+	for _, l := range []*connList{&d.idleTimers, &d.waitTimers, &d.lingerTimers, &d.bodyWaitTimers} {
 		if l.head != nil {
 			consider(l.head.deadline)
 		}
@@ -182,6 +182,7 @@ func (d *dispatcher) expire(now time.Time) {
 		d.closeConn(c)
 	}
 	d.expireHeads(now)
+	d.expireBodies(now)
 	for c := d.idleTimers.head; c != nil && !now.Before(c.deadline); c = d.idleTimers.head {
 		d.c.timeoutIdle++
 		d.closeConn(c)

@@ -34,6 +34,9 @@ var counterMetrics = map[string]struct {
 	"timeout_head_gap":        {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "head_gap"},
 	"incomplete_evicted":      {"connections_incomplete_evicted_total", "Connections without a complete head closed to make room for a newcomer.", "", ""},
 	"stress_entered":          {"stress_mode_entered_total", "Times admission entered stress mode.", "", ""},
+	"bodies_buffered":         {"bodies_buffered_total", "Request bodies received outside the pool before their handler ran.", "", ""},
+	"body_budget_refused":     {"body_budget_refused_total", "Request bodies refused (503) because the body budget was full.", "", ""},
+	"body_no_slot":            {"body_no_slot_total", "Complete request bodies that found no pool slot within no_worker_timeout (503).", "", ""},
 	"heads_buffered":          {"heads_buffered_total", "Request heads that arrived in parts and were held by the dispatcher until complete.", "", ""},
 	"closed":                  {"connections_closed_total", "Connections closed.", "", ""},
 	"peer_closed":             {"connections_peer_closed_total", "Parked connections closed by the client.", "", ""},
@@ -136,6 +139,8 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(desc("connections_queued", "Connections that have not finished a first request."), prometheus.GaugeValue, float64(s.Queued))
 	emit(desc("connections_waiting", "Readable connections waiting for a pool slot."), prometheus.GaugeValue, float64(s.Waiting))
 	emit(desc("clients", "Client keys holding a connection."), prometheus.GaugeValue, float64(len(s.Clients)))
+	emit(desc("body_budget_bytes", "Request body bytes charged to the body budget (bodies received outside the pool)."), prometheus.GaugeValue, float64(s.BodyBytes))
+	emit(desc("body_budget_connections", "Connections receiving a request body outside the pool."), prometheus.GaugeValue, float64(s.BodyConns))
 	emit(desc("head_buffer_bytes", "Bytes of incomplete request heads held by the dispatcher."), prometheus.GaugeValue, float64(s.HeadBytes))
 	stress := 0.0
 	if s.Stress {

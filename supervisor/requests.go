@@ -49,6 +49,10 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 		return d.dial(w, f.GetId(), b.Dial.GetUpstream(), now)
 	case *proto.Frame_RateCheck:
 		return d.rateCheck(w, f.GetId(), b.RateCheck, now)
+	case *proto.Frame_BodyStart:
+		d.bodyStart(w, f.GetId(), b.BodyStart, now)
+	case *proto.Frame_BodyDone:
+		d.bodyDone(w, f.GetId(), b.BodyDone, now)
 	case *proto.Frame_StatsRequest:
 		w.slots.Release()
 		var buf bytes.Buffer
@@ -69,6 +73,8 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 // violation, or "".
 func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
 	switch b := f.Body.(type) {
+	case *proto.Frame_BodyStart, *proto.Frame_BodyDone:
+		return d.validBodyRequest(w, f)
 	case *proto.Frame_Dial:
 		if d.upstreams[b.Dial.GetUpstream()] == nil {
 			return fmt.Sprintf("Dial for %q, which is no configured upstream", b.Dial.GetUpstream())

@@ -29,6 +29,7 @@ type dispatcher struct {
 	workerSet
 	broker
 	headWatch
+	bodyBudget
 
 	nextPing     time.Time
 	stopping     bool
@@ -142,6 +143,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	}
 	d.waiting.wait = true
 	d.headTimers.wait = true
+	d.bodyWaiting.wait = true
 	d.peekBuf = make([]byte, headend.MaxHead)
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {

@@ -85,7 +85,9 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	// The slot is released before Done is written: once the supervisor
 	// reads Done it may dispatch again at once, and must never find the slot
 	// still taken (the admission race, docs/DESIGN.md §2.6).
-	w.active.Add(-1)
+	if !cs.outside {
+		w.active.Add(-1)
+	}
 	if err := w.ch.Send(done, -1); err != nil {
 		w.log.Error("returning connection", "conn", d.GetConnId(), "error", err)
 	}
@@ -104,9 +106,12 @@ type connServer struct {
 	carried    *bytes.Reader
 	raw        headRecorder // the raw head, for Origin when it does not parse
 	roundStart time.Time
-	in         *deadlineReader
-	br         *bufio.Reader
-	bw         *bufio.Writer
+	// outside: the connection gave its slot back for a body (BodyStart)
+	// and has not got one again.
+	outside bool
+	in      *deadlineReader
+	br      *bufio.Reader
+	bw      *bufio.Writer
 
 	fd        int    // the connection's descriptor, or -1; owned by nc
 	port      string // the local port, once asked
@@ -302,6 +307,19 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	case !cs.allowed(ctx, rw, req):
 		// answered 429 or 503
 	default:
+		if buffered(rt, head, maxBody, lim.MaxBodyBytes) {
+			if status, why := cs.bufferBody(ctx, req, head, body, maxBody); status != 0 {
+				cs.outcome = proto.Outcome_BAD_REQUEST
+				switch status {
+				case http.StatusRequestTimeout:
+					cs.outcome = proto.Outcome_TIMEOUT
+				case http.StatusServiceUnavailable:
+					cs.outcome = proto.Outcome_OK
+				}
+				cs.writeError(status, why, head, nil)
+				return false, proto.Disposition_LINGER
+			}
+		}
 		if !cs.runHandler(rt, rw, req) {
 			return false, proto.Disposition_CLOSE
 		}

@@ -27,7 +27,9 @@ type route struct {
 	maxUpload int64
 	// allowTrace lets TRACE through to the handler; otherwise it is 405.
 	allowTrace bool
-	tokens     [][32]byte // SHA-256 of the accepted bearer tokens
+	// buffer receives a body before the handler runs, outside the pool.
+	buffer bool
+	tokens [][32]byte // SHA-256 of the accepted bearer tokens
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
@@ -58,7 +60,8 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace})
+		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace,
+			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil})
 	}
 	sort.SliceStable(rt.routes, func(i, j int) bool { return len(rt.routes[i].prefix) > len(rt.routes[j].prefix) })
 	return rt, nil

@@ -154,12 +154,23 @@ limits {
   no_worker_timeout = "60s"
 }
 trusted_proxies = ["127.0.0.4"]
+route "/ok" {
+  respond {
+    body = "ok\n"
+  }
+}
+route "/hold" {
+  request_buffering = false
+  respond {
+    body = "held\n"
+  }
+}
 `)
 	stall := func(src string, n int) {
 		for i := 0; i < n; i++ {
 			c := dialFrom(t, src, h.addr)
 			t.Cleanup(func() { c.Close() })
-			fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n") // half a head
+			fmt.Fprint(c, holdRequest) // held at a worker until its body comes
 		}
 	}
 	stall("127.0.0.2", 8)

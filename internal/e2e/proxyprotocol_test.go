@@ -44,6 +44,17 @@ workers {
 limits {
   first_byte_timeout = "2s"
 }
+route "/ok" {
+  respond {
+    body = "ok\n"
+  }
+}
+route "/stream" {
+  request_buffering = false
+  respond {
+    body = "streamed\n"
+  }
+}
 `)
 	lb := h.sup.Addrs()[1].String()
 	dst := netip.MustParseAddrPort(lb)
@@ -77,10 +88,10 @@ limits {
 		t.Errorf("clients after a v2 header: alice %+v, balancer %+v; want the connection keyed by alice", s.Client("192.0.2.1"), s.Client("127.0.0.5"))
 	}
 
-	// Separate shares (pool 4, share 1): alice's slow body holds her one
-	// slot, so her next request waits; bob's, through the same balancer
-	// (in v1 text this time), is answered at once.
-	hold := via(alice, false, "POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx")
+	// Separate shares (pool 4, share 1): alice's slow body, streamed to its
+	// handler, holds her one slot, so her next request waits; bob's,
+	// through the same balancer (in v1 text this time), is answered at once.
+	hold := via(alice, false, "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx")
 	h.waitFor("alice's slow body at a worker", 10*time.Second, func(s supervisor.Snapshot) bool {
 		return s.Client("192.0.2.1").Out == 1
 	})

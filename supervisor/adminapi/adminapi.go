@@ -78,11 +78,15 @@ type Status struct {
 	HeadBytes int `json:"head_buffer_bytes"`
 	// Stress reports admission's stress mode, in which the first-byte and
 	// head timeouts (in force: the two fields after it) are shortened.
-	Stress                  bool     `json:"stress"`
-	FirstByteTimeoutSeconds float64  `json:"first_byte_timeout_seconds"`
-	HeadTimeoutSeconds      float64  `json:"head_timeout_seconds"`
-	Stopping                bool     `json:"stopping"`
-	Workers                 []Worker `json:"workers"`
+	Stress                  bool    `json:"stress"`
+	FirstByteTimeoutSeconds float64 `json:"first_byte_timeout_seconds"`
+	HeadTimeoutSeconds      float64 `json:"head_timeout_seconds"`
+	// BodyBytes and BodyConns are the body budget in use: request bodies
+	// being received outside the pool.
+	BodyBytes int64    `json:"body_budget_bytes"`
+	BodyConns int      `json:"body_budget_connections"`
+	Stopping  bool     `json:"stopping"`
+	Workers   []Worker `json:"workers"`
 	// WorkerDeaths counts worker deaths since start by reason: seccomp,
 	// signal, exit, protocol, ping (only reasons seen are listed).
 	WorkerDeaths map[string]uint64 `json:"worker_deaths"`

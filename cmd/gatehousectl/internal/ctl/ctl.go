@@ -236,6 +236,7 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	}
 	fmt.Fprintf(tw, "admission\t%s: first byte within %s, head within %s; %d bytes of incomplete heads held\n",
 		mode, secs(s.FirstByteTimeoutSeconds), secs(s.HeadTimeoutSeconds), s.HeadBytes)
+	fmt.Fprintf(tw, "bodies\t%d connections receiving a body outside the pool, %d bytes charged\n", s.BodyConns, s.BodyBytes)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
