@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -299,7 +300,36 @@ route "/ok" {
 	if n := echo.conns.Load(); n != 2 {
 		t.Errorf("the upstream saw %d connections, want 2 (the reclaimed one closed)", n)
 	}
+
+	// A connection in use is not reclaimed: with worker 0 streaming a
+	// request body upstream, a request on worker 1 is refused at once.
+	fmt.Fprint(slow, "123456789")
+	if resp, _, err := readResponse(bufio.NewReader(slow), "POST"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the slow POST: %v", err)
+	}
+	h.waitFor("both workers idle", 5*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 0 })
+	streaming := dialFrom(t, "127.0.0.5", h.addr)
+	defer streaming.Close()
+	fmt.Fprint(streaming, "POST /echo/stream HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+	h.waitFor("worker 0 streaming upstream", 10*time.Second, func(s supervisor.Snapshot) bool {
+		u := upstreamOf(t, s, "echo")
+		return s.Workers[0].Active == 1 && u.Reclaims == 2 && u.Held == 1
+	})
+	start := time.Now()
+	resp, _, err = newClient(t, "127.0.0.6", h.addr).get("/echo/third")
+	if err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || time.Since(start) > reclaimBound {
+		t.Errorf("with the one connection in use: %v %v after %v, want 503 with Retry-After at once", err, resp, time.Since(start))
+	}
+	fmt.Fprint(streaming, "0\r\n\r\n")
+	streaming.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if resp, body, err := readResponse(bufio.NewReader(streaming), "POST"); err != nil || resp.StatusCode != 200 || body != "a" {
+		t.Errorf("the streamed POST: %v %v %q, want 200 echoing its body", err, resp, body)
+	}
 }
+
+// reclaimBound is a generous bound on a refusal after a Reclaim round trip
+// (the supervisor waits at most 1 s).
+const reclaimBound = 3 * time.Second
 
 // An address failing its health check leaves the rotation until it passes
 // again; the checks come from the supervisor.
