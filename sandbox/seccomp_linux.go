@@ -50,7 +50,7 @@ var ioSyscalls = []string{
 var fileSyscalls = []string{
 	"fstat", "newfstatat", // File.Stat, Root.Stat
 	"lseek",      // http.ServeContent sizes the file
-	"sendfile",   // TCPConn.ReadFrom(*os.File)
+	"sendfile",   // large static file bodies (worker/sendfile_linux.go)
 	"getdents64", // directory listing; a request for a directory must not kill the worker
 	"readlinkat", // os.Root resolves symlinks itself, within the root
 }

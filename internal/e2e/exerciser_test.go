@@ -450,7 +450,7 @@ func TestHandlerPathsStrictSandbox(t *testing.T) {
 		{method: "GET", target: "/link-etc", status: 403, check: noSecret},
 		{method: "GET", target: "/a/b/c/loop", status: 403},
 		{method: "GET", target: "/dangling", status: 404},
-		// Empty and large files.
+		// Empty and large files (sendfile, also from an offset).
 		{method: "GET", target: "/empty.txt", status: 200, check: all(wantBody(""), wantHeader("Content-Length", "0"))},
 		{method: "GET", target: "/large.bin", status: 200, check: all(wantBody(large), wantHeader("Content-Type", "application/octet-stream"))},
 		// Types never guessed.
@@ -461,6 +461,7 @@ func TestHandlerPathsStrictSandbox(t *testing.T) {
 		// Range and multi-range.
 		{method: "GET", target: "/range.txt", hdr: []string{"Range", "bytes=10-19"}, status: 206, check: all(wantBody(rangeTxt[10:20]), wantHeader("Content-Range", "bytes 10-19/1000"))},
 		{method: "GET", target: "/large.bin", hdr: []string{"Range", "bytes=-100"}, status: 206, check: wantBody(large[len(large)-100:])},
+		{method: "GET", target: "/large.bin", hdr: []string{"Range", "bytes=1000000-2999999"}, status: 206, check: wantBody(large[1000000:3000000])},
 		{method: "GET", target: "/range.txt", hdr: []string{"Range", "bytes=0-0,500-500,900-"}, status: 206, check: func(r *http.Response, b []byte) error {
 			if !strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/byteranges; boundary=") || bytes.Count(b, []byte("Content-Range: bytes")) != 3 {
 				return fmt.Errorf("not three parts: %q %.300q", r.Header.Get("Content-Type"), b)

@@ -2,6 +2,7 @@ package static
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -210,6 +211,15 @@ func (w representation) WriteHeader(code int) {
 		h.Del("Accept-Ranges")
 	}
 	w.ResponseWriter.WriteHeader(code)
+}
+
+// ReadFrom passes a file body to the underlying writer's ReadFrom, so that
+// it can use sendfile(2).
+func (w representation) ReadFrom(src io.Reader) (int64, error) {
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{w}, src)
 }
 
 // fail answers an error from opening or reading a name below the root.
