@@ -235,8 +235,7 @@ func (h *loopHarness) noFrame(p *fakeProc) {
 	}
 }
 
-// snapshot is the loop's state; the loop has handled everything posted and
-// every event reported before the call.
+// snapshot is a copy of the loop's state.
 func (h *loopHarness) snapshot() Snapshot {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), frameWait)
@@ -248,11 +247,14 @@ func (h *loopHarness) snapshot() Snapshot {
 	return snap
 }
 
-// advance moves the clock and lets the loop run its timers. Two snapshot
-// round trips: the first wakes the loop, which expires its timers at the end
-// of that iteration; the second returns after that iteration.
+// advance moves the clock and lets the loop run its timers. The loop handles
+// in one iteration only the messages queued when it begins draining, so
+// three snapshot round trips suffice: the second is answered in an
+// iteration that read the moved clock, and the third after that iteration
+// ran its timers.
 func (h *loopHarness) advance(d time.Duration) {
 	h.clock.add(d)
+	h.snapshot()
 	h.snapshot()
 	h.snapshot()
 }

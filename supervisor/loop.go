@@ -136,14 +136,14 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	return max(0, next.Sub(now))
 }
 
+// drainWake handles the messages queued when it starts. One posted meanwhile
+// waits for the next iteration (its Wake ends that wait at once), so a
+// stream of messages cannot hold the loop away from its timers, and every
+// message sees a clock read after it was posted, or at most one iteration
+// older.
 func (d *dispatcher) drainWake(now time.Time) {
-	for {
-		select {
-		case m := <-d.s.msgs:
-			d.message(m, now)
-		default:
-			return
-		}
+	for n := len(d.s.msgs); n > 0; n-- {
+		d.message(<-d.s.msgs, now)
 	}
 }
 
