@@ -55,6 +55,9 @@ var (
 			{Name: "body_buffer_connections"},
 			{Name: "body_buffer_bytes_per_client"},
 			{Name: "body_buffer_connections_per_client"},
+			{Name: "death_penalty_threshold"},
+			{Name: "death_penalty_duration"},
+			{Name: "death_penalty_max_clients"},
 		},
 	}
 	routeSchema = &hcl.BodySchema{
@@ -330,6 +333,9 @@ func (d *decoder) limits(b *hcl.Block, l *Limits) {
 	intAttr(d, attrs, "body_buffer_connections", "limits.body_buffer_connections", 1, 1_000_000, &l.BodyBufferConnections)
 	intAttr(d, attrs, "body_buffer_bytes_per_client", "limits.body_buffer_bytes_per_client", 1<<20, 1<<40, &l.BodyBufferBytesPerClient)
 	intAttr(d, attrs, "body_buffer_connections_per_client", "limits.body_buffer_connections_per_client", 1, 65535, &l.BodyBufferConnectionsPerClient)
+	intAttr(d, attrs, "death_penalty_threshold", "limits.death_penalty_threshold", 0, 1000, &l.DeathPenaltyThreshold)
+	durationAttr(d, attrs, "death_penalty_duration", "limits.death_penalty_duration", time.Second, 24*time.Hour, &l.DeathPenaltyDuration)
+	intAttr(d, attrs, "death_penalty_max_clients", "limits.death_penalty_max_clients", 1, 1_000_000, &l.DeathPenaltyMaxClients)
 }
 
 func (d *decoder) admin(b *hcl.Block, a *Admin, base string) {

@@ -123,6 +123,18 @@ type Limits struct {
 	BodyBufferConnections          int   // 1..1000000, default 1024
 	BodyBufferBytesPerClient       int64 // 1 MiB..1 TiB, default 32 MiB
 	BodyBufferConnectionsPerClient int   // 1..65535, default 64
+	// DeathPenaltyThreshold: a client key that had a connection at a dying
+	// worker in this many deaths within a minute is refused for
+	// DeathPenaltyDuration, like OpenSSH's PerSourcePenalties (0..1000,
+	// default 3; 0 turns penalties off). Trusted proxies are exempt.
+	DeathPenaltyThreshold int
+	// DeathPenaltyDuration is how long a penalized client key is refused
+	// (1s..24h, default 60s).
+	DeathPenaltyDuration time.Duration
+	// DeathPenaltyMaxClients bounds the client keys the penalty box
+	// remembers; the least recently struck is forgotten first
+	// (1..1000000, default 10000).
+	DeathPenaltyMaxClients int
 }
 
 // Route is one `route "PREFIX" { ... }` block; exactly one of Static and

@@ -24,6 +24,9 @@ const (
 	DefaultBodyBufferConnections          = 1024
 	DefaultBodyBufferBytesPerClient       = 32 << 20
 	DefaultBodyBufferConnectionsPerClient = 64
+	DefaultDeathPenaltyThreshold          = 3
+	DefaultDeathPenaltyDuration           = 60 * time.Second
+	DefaultDeathPenaltyMaxClients         = 10000
 	DefaultIPv6ClientPrefixLength         = 64
 
 	defaultIndex = "index.html"
@@ -75,6 +78,9 @@ func defaults() Config {
 			BodyBufferConnections:          DefaultBodyBufferConnections,
 			BodyBufferBytesPerClient:       DefaultBodyBufferBytesPerClient,
 			BodyBufferConnectionsPerClient: DefaultBodyBufferConnectionsPerClient,
+			DeathPenaltyThreshold:          DefaultDeathPenaltyThreshold,
+			DeathPenaltyDuration:           DefaultDeathPenaltyDuration,
+			DeathPenaltyMaxClients:         DefaultDeathPenaltyMaxClients,
 		},
 		Sandbox: Sandbox{Mode: "strict", SeccompAction: "kill"},
 		Log: Log{Format: "text", Level: "info", AccessLog: true, ClientAddresses: true,

@@ -95,6 +95,8 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy b
 	}
 	refuse := ""
 	switch {
+	case !cl.trusted && d.penalties.penalized(key, now):
+		refuse = refusedPenalty
 	case proxy && !cl.trusted:
 		refuse = refusedProxyUntrusted
 	case !cl.trusted && cl.conns >= d.cfg.Limits.MaxConnectionsPerClient:

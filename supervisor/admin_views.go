@@ -60,11 +60,19 @@ func connsOf(snap Snapshot) *adminapi.Conns {
 }
 
 // topClients returns the n client keys holding the most pool slots, then
-// connections, then queued and past waits.
+// connections, then queued and past waits; refused keys come first, then
+// keys present at recent worker deaths.
 func topClients(snap Snapshot, n int) []adminapi.Client {
 	cl := slices.Clone(snap.Clients)
 	slices.SortStableFunc(cl, func(a, b ClientInfo) int {
 		switch {
+		case (a.Penalty > 0) != (b.Penalty > 0):
+			if a.Penalty > 0 {
+				return -1
+			}
+			return 1
+		case a.Deaths != b.Deaths:
+			return b.Deaths - a.Deaths
 		case a.Out != b.Out:
 			return b.Out - a.Out
 		case a.Conns != b.Conns:
@@ -81,7 +89,8 @@ func topClients(snap Snapshot, n int) []adminapi.Client {
 	})
 	out := make([]adminapi.Client, 0, min(n, len(cl)))
 	for _, c := range cl[:min(n, len(cl))] {
-		out = append(out, adminapi.Client{Key: c.Key, Trusted: c.Trusted, Conns: c.Conns, Out: c.Out, Waiting: c.Waiting, Waits: c.Waits})
+		out = append(out, adminapi.Client{Key: c.Key, Trusted: c.Trusted, Conns: c.Conns, Out: c.Out, Waiting: c.Waiting, Waits: c.Waits,
+			PenaltySeconds: c.Penalty.Seconds(), Deaths: c.Deaths})
 	}
 	return out
 }

@@ -14,12 +14,13 @@ import (
 // Refusal reasons at admission.
 const (
 	refusedPerClient = "per_client"
+	refusedPenalty   = "penalty"
 	refusedQueued    = "queued"
 )
 
 // refusedReasons are the reasons a connection is refused at accept, or closed
 // on reading its PROXY header, each exported as refused_<reason>.
-var refusedReasons = []string{refusedPerClient, refusedQueued, refusedProxyUntrusted, refusedProxyMalformed}
+var refusedReasons = []string{refusedPerClient, refusedPenalty, refusedQueued, refusedProxyUntrusted, refusedProxyMalformed}
 
 // counters are the dispatcher's monotonic counts. Owned by the loop.
 type counters struct {
@@ -116,6 +117,9 @@ type Snapshot struct {
 	// Deaths counts worker deaths by reason and signal; they sum to
 	// Counters["worker_deaths"].
 	Deaths []DeathCount
+	// Penalties are the client keys refused now, or present at worker
+	// deaths within the last minute.
+	Penalties []PenaltyInfo
 	// Upstreams are the configured upstreams, by name.
 	Upstreams []UpstreamInfo
 }
@@ -161,6 +165,12 @@ type ClientInfo struct {
 	Out     int
 	Waiting int
 	Waits   uint64
+	// Penalty is how long the key is still refused for having had
+	// connections at dying workers (0: not refused).
+	Penalty time.Duration
+	// Deaths counts the worker deaths of the last minute it had a
+	// connection at, toward a penalty.
+	Deaths int
 }
 
 // WorkerInfo is one worker slot's state.
@@ -245,6 +255,17 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	for _, cl := range d.clients {
 		s.Clients = append(s.Clients, ClientInfo{Key: cl.key.String(), Trusted: cl.trusted, Conns: cl.conns, Out: cl.out, Waiting: cl.waiting.n, Waits: cl.waits})
 	}
+	// Keys in the penalty box, with their connections if they hold any.
+	s.Penalties = d.penalties.list(now)
+	for _, p := range s.Penalties {
+		i := slices.IndexFunc(s.Clients, func(c ClientInfo) bool { return c.Key == p.Key })
+		if i < 0 {
+			s.Clients = append(s.Clients, ClientInfo{Key: p.Key})
+			i = len(s.Clients) - 1
+		}
+		s.Clients[i].Penalty, s.Clients[i].Deaths = p.Remaining, p.Deaths
+	}
+	s.Counters["client_penalties"] = d.penalties.penalties
 	sort.Slice(s.Clients, func(i, j int) bool {
 		a, b := s.Clients[i], s.Clients[j]
 		if a.Out != b.Out {

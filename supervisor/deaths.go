@@ -1,7 +1,11 @@
 package supervisor
 
 import (
+	"fmt"
+	"net/netip"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -74,4 +78,66 @@ func signalName(sig syscall.Signal) string {
 		return name
 	}
 	return sig.String()
+}
+
+// lostConn is a client connection a worker held when it went away.
+type lostConn struct {
+	client   netip.Addr
+	trusted  bool
+	listener uint64 // the listener's id
+}
+
+// maxLoggedConns bounds the connections one death's log line names.
+const maxLoggedConns = 32
+
+// connsLost logs the connections a worker held when it went away, by client
+// key and listener, and strikes each client key (once per death; trusted
+// proxies exempt) in the penalty box, which refuses a key present at too
+// many deaths (docs/DESIGN.md §2.10).
+func (d *dispatcher) connsLost(w *workerProc, reason string, held []lostConn, now time.Time) {
+	names := make([]string, 0, min(len(held), maxLoggedConns))
+	struck := make(map[netip.Addr]bool, len(held))
+	for i, h := range held {
+		if i < maxLoggedConns {
+			names = append(names, d.logClient(h.client)+" on "+d.listenerName(h.listener))
+		}
+		if h.trusted || struck[h.client] {
+			continue
+		}
+		struck[h.client] = true
+		if d.penalties.strike(h.client, now) {
+			d.log.Warn("client refused: it had connections at dying workers too often",
+				"client", d.logClient(h.client), "deaths", d.penalties.threshold, "within", penaltyWindow, "refused_for", d.penalties.duration)
+		}
+	}
+	args := []any{"worker", w.slot, "pid", w.pid, "reason", reason, "connections", strings.Join(names, ", ")}
+	if len(held) > maxLoggedConns {
+		args = append(args, "more", len(held)-maxLoggedConns)
+	}
+	d.log.Warn("connections closed with their worker", args...)
+}
+
+// logClient is a client key for the log: whole, or masked to /24 (IPv4) or
+// /48 (IPv6) when log.log_client_addresses is false.
+func (d *dispatcher) logClient(key netip.Addr) string {
+	if d.cfg.Log.ClientAddresses {
+		return key.String()
+	}
+	bits := 48
+	if key.Is4() {
+		bits = 24
+	}
+	p, _ := key.Prefix(bits)
+	return p.String()
+}
+
+// listenerName names the listener with id, or gives the id when a reload
+// closed it.
+func (d *dispatcher) listenerName(id uint64) string {
+	for _, l := range d.listeners {
+		if l.id == id {
+			return l.name
+		}
+	}
+	return fmt.Sprintf("listener %d", id)
 }

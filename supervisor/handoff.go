@@ -14,6 +14,12 @@ import (
 // oldest first, and its no-worker timer runs (docs/DESIGN.md §2.5).
 func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 	cl := c.client
+	if !cl.trusted && d.penalties.penalized(cl.key, now) {
+		// Connections opened before the penalty are refused too.
+		d.c.refused[refusedPenalty]++
+		d.closeConn(c)
+		return
+	}
 	if !cl.trusted && cl.out >= d.share {
 		d.enqueue(c, &cl.waiting, now)
 		cl.waits++
@@ -69,6 +75,7 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	}
 	c.state = stateAtWorker
 	c.worker = w
+	w.handed = true
 	w.active++
 	c.client.out++
 	d.out++

@@ -28,6 +28,8 @@ var counterMetrics = map[string]struct {
 	"accepted":                {"connections_accepted_total", "Connections accepted.", "", ""},
 	"refused_per_client":      {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "per_client"},
 	"refused_queued":          {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "queued"},
+	"refused_penalty":         {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "penalty"},
+	"client_penalties":        {"client_penalties_total", "Times a client key was refused for having had connections at dying workers too often.", "", ""},
 	"refused_proxy_untrusted": {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "proxy_untrusted"},
 	"refused_proxy_malformed": {"connections_refused_total", "Connections refused at admission, by reason.", "reason", "proxy_malformed"},
 	"timeout_head":            {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "head"},
@@ -138,7 +140,17 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(desc("connections_at_workers", "Connections out at workers."), prometheus.GaugeValue, float64(s.AtWorkers))
 	emit(desc("connections_queued", "Connections that have not finished a first request."), prometheus.GaugeValue, float64(s.Queued))
 	emit(desc("connections_waiting", "Readable connections waiting for a pool slot."), prometheus.GaugeValue, float64(s.Waiting))
-	emit(desc("clients", "Client keys holding a connection."), prometheus.GaugeValue, float64(len(s.Clients)))
+	holding, penalized := 0, 0
+	for _, c := range s.Clients {
+		if c.Conns > 0 || c.Out > 0 {
+			holding++
+		}
+		if c.Penalty > 0 {
+			penalized++
+		}
+	}
+	emit(desc("clients", "Client keys holding a connection."), prometheus.GaugeValue, float64(holding))
+	emit(desc("penalized_clients", "Client keys refused now for having had connections at dying workers too often."), prometheus.GaugeValue, float64(penalized))
 	emit(desc("body_budget_bytes", "Request body bytes charged to the body budget (bodies received outside the pool)."), prometheus.GaugeValue, float64(s.BodyBytes))
 	emit(desc("body_budget_connections", "Connections receiving a request body outside the pool."), prometheus.GaugeValue, float64(s.BodyConns))
 	emit(desc("head_buffer_bytes", "Bytes of incomplete request heads held by the dispatcher."), prometheus.GaugeValue, float64(s.HeadBytes))

@@ -19,7 +19,7 @@ func testSnapshot() Snapshot {
 	return Snapshot{
 		Time: time.Now(), Pool: 32, Share: 8, AtWorkers: 3, Queued: 4, Waiting: 1,
 		Conns:   map[string]int{"fresh": 4, "idle": 10, "at_worker": 3, "waiting": 1},
-		Clients: []ClientInfo{{Key: "127.0.0.1", Conns: 3, Out: 2}},
+		Clients: []ClientInfo{{Key: "127.0.0.1", Conns: 3, Out: 2}, {Key: "127.0.0.2", Penalty: 30 * time.Second}},
 		Workers: []WorkerInfo{
 			{Slot: 0, PID: 100, State: "ready", Active: 2, Served: 50, Restarts: 1, Backoff: 100 * time.Millisecond},
 			{Slot: 1, PID: 101, State: "ready", Active: 1, Served: 40},
@@ -27,7 +27,7 @@ func testSnapshot() Snapshot {
 		Counters: map[string]uint64{
 			"accepted": 100, "refused_per_client": 2, "refused_queued": 3, "dispatches": 90,
 			"share_waits": 7, "pool_waits": 6, "timeout_first_byte": 5, "timeout_idle": 4, "timeout_no_worker": 1,
-			"worker_deaths": 3, "worker_kills": 1, "round_ok": 80, "round_timeout": 2, "ipc_overloads": 9,
+			"worker_deaths": 3, "worker_kills": 1, "client_penalties": 2, "refused_penalty": 5, "round_ok": 80, "round_timeout": 2, "ipc_overloads": 9,
 		},
 		Listeners: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")},
 		Responses: map[string]uint64{"2xx": 70, "4xx": 5, "5xx": 1, "1xx": 0, "3xx": 0, "other": 0},
@@ -88,6 +88,10 @@ func TestWritePrometheus(t *testing.T) {
 		{"gatehouse_worker_deaths_total", []string{"reason", "signal", "signal", "SIGKILL"}, 2},
 		{"gatehouse_worker_deaths_total", []string{"reason", "exit", "signal", "none"}, 1},
 		{"gatehouse_worker_kills_total", nil, 1},
+		{"gatehouse_clients", nil, 1},
+		{"gatehouse_penalized_clients", nil, 1},
+		{"gatehouse_client_penalties_total", nil, 2},
+		{"gatehouse_connections_refused_total", []string{"reason", "penalty"}, 5},
 		{"gatehouse_worker_restarts_total", []string{"slot", "0"}, 1},
 		{"gatehouse_worker_in_flight", []string{"slot", "1"}, 1},
 		{"gatehouse_worker_backoff_seconds", []string{"slot", "0"}, 0.1},

@@ -123,6 +123,8 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	d.setAccessLog(m.accessFD)
 	d.setUpstreams()
 	d.limiter.max = d.cfg.RateLimitEntries
+	l := d.cfg.Limits
+	d.penalties.configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
 
 	if workersNeedReplacing(old, d.cfg) {
 		for _, w := range d.workers {

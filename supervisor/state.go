@@ -64,6 +64,9 @@ type connTable struct {
 	nextID  uint64
 	clients map[netip.Addr]*client
 
+	// penalties refuses client keys present at too many worker deaths.
+	penalties *penaltyBox
+
 	out     int      // connections at workers
 	queued  int      // connections that have not finished a first request
 	idle    int      // parked keep-alive connections
@@ -125,6 +128,8 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		connTable: connTable{
 			conns:   make(map[uint64]*conn),
 			clients: make(map[netip.Addr]*client),
+			penalties: newPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
+				boot.cfg.Limits.DeathPenaltyDuration, boot.cfg.Limits.DeathPenaltyMaxClients),
 		},
 		workerSet: workerSet{
 			accessFD: boot.accessFD,

@@ -56,23 +56,24 @@ type workerProc struct {
 	drainDeadline time.Time
 	// reportedReady is true once the current process sent Ready.
 	reportedReady bool
-	ch            *ipc.Conn // nil while no process is attached
-	outq          []outFrame
+	// handed is true once the current process was dispatched a connection.
+	handed bool
+	ch     *ipc.Conn // nil while no process is attached
+	outq   []outFrame
 	// wantOut is true while the channel is registered for writability
 	// (and not readability) to flush outq.
 	wantOut bool
 
-	active        int    // connections out at this worker
-	served        uint64 // requests answered, over every process of the slot
-	servedAtStart uint64 // served when the current process started
-	rounds        uint64 // rounds of the current process
-	restarts      int
-	started       time.Time
-	backoff       time.Duration
-	retryAt       time.Time // when dead: respawn no earlier than this
-	lastPong      time.Time
-	pingSeq       uint64
-	layers        []*proto.SandboxLayer
+	active   int    // connections out at this worker
+	served   uint64 // requests answered, over every process of the slot
+	rounds   uint64 // rounds of the current process
+	restarts int
+	started  time.Time
+	backoff  time.Duration
+	retryAt  time.Time // when dead: respawn no earlier than this
+	lastPong time.Time
+	pingSeq  uint64
+	layers   []*proto.SandboxLayer
 
 	// slots caps the process's requests started and not yet answered
 	// (ipc_max_in_flight_requests); a new one per process.

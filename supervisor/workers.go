@@ -16,7 +16,8 @@ const (
 	backoffMin    = 100 * time.Millisecond
 	backoffMax    = 10 * time.Second
 	healthyUptime = time.Minute
-	// throttleDelay holds back a worker that died before serving a request.
+	// throttleDelay holds back a worker that died before it was ever handed
+	// a connection.
 	throttleDelay = time.Minute
 )
 
@@ -33,13 +34,13 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.state = workerStarting
 	w.exited = false
 	w.started = now
-	w.servedAtStart = w.served
 	w.rounds = 0
 	w.slots = ipc.NewInFlight(w.spec.cfg.Limits.IPCMaxInFlightRequests)
 	w.killedFor = ""
 	w.drainAsked = false
 	w.drainDeadline = time.Time{}
 	w.reportedReady = false
+	w.handed = false
 	go d.s.spawn(w.slot, w.gen, w.spec)
 }
 
@@ -154,12 +155,17 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		w.ch = nil
 		dropOut(w)
 		d.releaseUpstreams(w, now)
+		var held []lostConn
 		for _, c := range d.conns {
 			if c.worker == w {
 				cl := c.client
+				held = append(held, lostConn{client: cl.key, trusted: cl.trusted, listener: c.listener})
 				d.closeConn(c)
 				d.pump(cl, now)
 			}
+		}
+		if len(held) > 0 && !d.stopping {
+			d.connsLost(w, reason, held, now)
 		}
 	}
 	d.pump(nil, now)
@@ -171,10 +177,12 @@ func (d *dispatcher) scheduleRespawn(w *workerProc, now time.Time) {
 		return
 	}
 	switch {
-	case w.served == w.servedAtStart:
-		// Died before serving a request: likely a broken build or
+	case !w.handed:
+		// Died before it was handed a connection: a broken build or
 		// configuration, which respawning quickly cannot fix (Postfix
-		// throttles such a service the same way).
+		// throttles such a service the same way). One killed by what a
+		// connection brought gets the normal backoff: otherwise a few
+		// requests would hold every slot for a minute.
 		w.backoff = throttleDelay
 	case w.backoff == 0 || now.Sub(w.started) >= healthyUptime:
 		w.backoff = backoffMin

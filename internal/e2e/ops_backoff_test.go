@@ -13,7 +13,8 @@ import (
 // A worker killed 20 times in a row is respawned after growing delays (100 ms
 // doubling to 10 s), seen in `gatehousectl status -json`, and serves again
 // once the kills stop. Before each kill the worker serves one request: one
-// that dies before its first request is throttled for a minute instead.
+// that dies before it was ever handed a connection is throttled for a minute
+// instead.
 // About 2.5 minutes (the delays add up to 143 s).
 func TestOpsWorkerBackoff(t *testing.T) {
 	if testing.Short() {

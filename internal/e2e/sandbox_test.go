@@ -281,7 +281,6 @@ func TestSandboxAttacks(t *testing.T) {
 		t.Run(strings.Split(tc.try, "&")[0], func(t *testing.T) {
 			www := docRoot(t)
 			h := start(t, sandboxConfig(www))
-			warmBothWorkers(t, h)
 			before := h.snapshot()
 			// Another client, served throughout.
 			stop := make(chan struct{})
@@ -338,31 +337,6 @@ func TestSandboxAttacks(t *testing.T) {
 			}
 		})
 	}
-}
-
-// warmBothWorkers makes each of the two workers serve a request, so that a
-// death is not that of a worker which never served (those are throttled).
-func warmBothWorkers(t *testing.T, h *harness) {
-	t.Helper()
-	var conns []net.Conn
-	for i := 0; i < 2; i++ {
-		c := dialFrom(t, "127.0.0.4", h.addr)
-		defer c.Close()
-		fmt.Fprint(c, holdRequest)
-		conns = append(conns, c)
-	}
-	h.waitFor("one held connection per worker", 10*time.Second, func(s supervisor.Snapshot) bool {
-		return s.Workers[0].Active == 1 && s.Workers[1].Active == 1
-	})
-	for _, c := range conns {
-		fmt.Fprintf(c, "x")
-		if _, _, err := readResponse(bufio.NewReader(c), "POST"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.waitFor("both workers served", 10*time.Second, func(s supervisor.Snapshot) bool {
-		return s.Workers[0].Served > 0 && s.Workers[1].Served > 0
-	})
 }
 
 // The supervisor keeps only what it needs: after binding it runs as `user`

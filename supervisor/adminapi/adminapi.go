@@ -128,6 +128,12 @@ type Client struct {
 	Out     int    `json:"out"`     // pool slots held (connections at workers)
 	Waiting int    `json:"waiting"` // connections waiting in its share queue now
 	Waits   uint64 `json:"waits"`   // times one of its connections waited for its share
+	// PenaltySeconds is how long the key is still refused for having had
+	// connections at dying workers too often (0: not refused).
+	PenaltySeconds float64 `json:"penalty_seconds"`
+	// Deaths counts the worker deaths of the last minute it had a
+	// connection at, toward a penalty.
+	Deaths int `json:"deaths"`
 }
 
 // Upstream is one upstream's connection budget and its addresses.

@@ -317,13 +317,19 @@ func printConns(w io.Writer, c *adminapi.Conns) error {
 
 func printClients(w io.Writer, cs []adminapi.Client) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLIENT\tSLOTS\tCONNS\tWAITING\tWAITS\tTRUSTED")
+	fmt.Fprintln(tw, "CLIENT\tSLOTS\tCONNS\tWAITING\tWAITS\tDEATHS\tREFUSED\tTRUSTED")
 	for _, c := range cs {
 		trusted := ""
 		if c.Trusted {
 			trusted = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", safe(c.Key), c.Out, c.Conns, c.Waiting, c.Waits, trusted)
+		// REFUSED: the penalty left for having had connections at dying
+		// workers too often.
+		refused := "-"
+		if c.PenaltySeconds > 0 {
+			refused = "for " + time.Duration(c.PenaltySeconds*float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", safe(c.Key), c.Out, c.Conns, c.Waiting, c.Waits, c.Deaths, refused, trusted)
 	}
 	return tw.Flush()
 }

@@ -195,3 +195,26 @@ func TestUpstreamsTable(t *testing.T) {
 	}
 	t.Log("\n" + out)
 }
+
+// A client key refused for having had connections at dying workers shows
+// its deaths and the penalty left.
+func TestClientsTable(t *testing.T) {
+	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Clients: []adminapi.Client{
+		{Key: "127.0.0.2", Deaths: 0, PenaltySeconds: 41.7},
+		{Key: "127.0.0.3", Conns: 2, Out: 1, Deaths: 1},
+	}})
+	out, errs, code := run([]string{"-socket", sock, "clients"}, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "DEATHS") || !strings.Contains(lines[0], "REFUSED") {
+		t.Fatalf("clients output:\n%s", out)
+	}
+	if f := strings.Fields(lines[1]); len(f) != 8 || f[0] != "127.0.0.2" || f[6] != "for" || f[7] != "42s" {
+		t.Errorf("refused row %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); len(f) != 7 || f[0] != "127.0.0.3" || f[5] != "1" || f[6] != "-" {
+		t.Errorf("other row %q", lines[2])
+	}
+}

@@ -1,0 +1,156 @@
+package supervisor
+
+import (
+	"net/netip"
+	"time"
+)
+
+// penaltyWindow is how far back the deaths a client key was present at are
+// counted against limits.death_penalty_threshold.
+const penaltyWindow = time.Minute
+
+// penaltyBox refuses client keys that keep being present when workers die
+// (docs/DESIGN.md §2.10), in the spirit of OpenSSH's PerSourcePenalties: a
+// worker dies only for a real violation by code inside it, so one client
+// whose connections are at N dying workers within a minute is likely
+// causing the deaths, through a bug not found yet, and is refused for a
+// while rather than allowed to keep the pool in restart backoff. It is
+// bounded: past max keys the least recently struck is forgotten. Owned by
+// the loop.
+type penaltyBox struct {
+	threshold int // 0: penalties off
+	duration  time.Duration
+	max       int
+	entries   map[netip.Addr]*penaltyEntry
+	// lru links the entries, most recently struck at head.
+	head, tail *penaltyEntry
+	// penalties counts the keys penalized, since start.
+	penalties uint64
+}
+
+// penaltyEntry is one client key's recent deaths and penalty.
+type penaltyEntry struct {
+	key        netip.Addr
+	deaths     []time.Time // within penaltyWindow, oldest first; fewer than threshold
+	until      time.Time   // refused until then; zero when not penalized
+	refused    uint64      // connections refused during its penalties
+	prev, next *penaltyEntry
+}
+
+func newPenaltyBox(threshold int, duration time.Duration, max int) *penaltyBox {
+	b := &penaltyBox{entries: make(map[netip.Addr]*penaltyEntry)}
+	b.configure(threshold, duration, max)
+	return b
+}
+
+// configure applies (reloaded) limits; entries over a lower bound go, the
+// least recently struck first.
+func (b *penaltyBox) configure(threshold int, duration time.Duration, max int) {
+	b.threshold, b.duration, b.max = threshold, duration, max
+	for len(b.entries) > b.max {
+		b.remove(b.tail)
+	}
+}
+
+// strike records that key had a connection at a worker that died now. It
+// reports whether this penalized the key.
+func (b *penaltyBox) strike(key netip.Addr, now time.Time) bool {
+	if b.threshold == 0 {
+		return false
+	}
+	e := b.entries[key]
+	if e == nil {
+		if len(b.entries) >= b.max {
+			b.remove(b.tail)
+		}
+		e = &penaltyEntry{key: key}
+		b.entries[key] = e
+	} else {
+		b.unlink(e)
+	}
+	b.pushFront(e)
+	if now.Before(e.until) {
+		return false // refused already
+	}
+	e.deaths = append(e.pruned(now), now)
+	if len(e.deaths) < b.threshold {
+		return false
+	}
+	e.until = now.Add(b.duration)
+	e.deaths = nil
+	b.penalties++
+	return true
+}
+
+// penalized reports whether key is refused now, counting the refusal.
+func (b *penaltyBox) penalized(key netip.Addr, now time.Time) bool {
+	e := b.entries[key]
+	if e == nil || !now.Before(e.until) {
+		return false
+	}
+	e.refused++
+	return true
+}
+
+// pruned returns e's deaths still within the window.
+func (e *penaltyEntry) pruned(now time.Time) []time.Time {
+	i := 0
+	for i < len(e.deaths) && now.Sub(e.deaths[i]) >= penaltyWindow {
+		i++
+	}
+	return e.deaths[i:]
+}
+
+// PenaltyInfo is a client key's standing in the penalty box.
+type PenaltyInfo struct {
+	Key string
+	// Remaining is how long the key is still refused (0: not penalized).
+	Remaining time.Duration
+	// Deaths counts the worker deaths within the last minute the key had a
+	// connection at, toward the next penalty.
+	Deaths  int
+	Refused uint64
+}
+
+// list returns the keys penalized now or with deaths within the window.
+func (b *penaltyBox) list(now time.Time) []PenaltyInfo {
+	var out []PenaltyInfo
+	for e := b.head; e != nil; e = e.next {
+		rem := max(0, e.until.Sub(now))
+		n := len(e.pruned(now))
+		if rem > 0 || n > 0 {
+			out = append(out, PenaltyInfo{Key: e.key.String(), Remaining: rem, Deaths: n, Refused: e.refused})
+		}
+	}
+	return out
+}
+
+func (b *penaltyBox) pushFront(e *penaltyEntry) {
+	e.prev, e.next = nil, b.head
+	if b.head != nil {
+		b.head.prev = e
+	}
+	b.head = e
+	if b.tail == nil {
+		b.tail = e
+	}
+}
+
+func (b *penaltyBox) unlink(e *penaltyEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		b.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		b.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+func (b *penaltyBox) remove(e *penaltyEntry) {
+	b.unlink(e)
+	delete(b.entries, e.key)
+}
