@@ -278,7 +278,7 @@ route "/respond" {
 }
 upstream "up" {
   addresses        = [%[2]q]
-  response_timeout = "1s"
+  response_timeout = "2s"
 }
 route "/up/" {
   proxy {
@@ -343,7 +343,7 @@ func startExerciseUpstream(tb testing.TB) string {
 			w.Write([]byte("late but in time\n"))
 		case "too-slow":
 			select {
-			case <-time.After(5 * time.Second):
+			case <-time.After(6 * time.Second):
 			case <-r.Context().Done():
 			}
 		case "big":
