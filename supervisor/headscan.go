@@ -105,6 +105,13 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 			d.closeConn(c)
 			return
 		}
+		if c.state == stateIdle && emptyLines(d.peekBuf[:n]) {
+			// RFC 9112 §2.2: empty lines after a request are ignored; the
+			// connection stays idle under its keep-alive timeout.
+			unix.Read(c.fd, d.peekBuf[:n])
+			d.arm(c)
+			return
+		}
 		if st, _ := headend.Scan(d.peekBuf[:n], 0); st != headend.Incomplete || n >= headend.MaxHead {
 			d.leavePark(c)
 			if c.ilist != nil {
@@ -144,6 +151,20 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 	d.gapTimers.remove(c)
 	d.gapTimers.push(c)
 	d.arm(c)
+}
+
+// emptyLines reports whether b is at most four empty lines (CRLF pairs), as
+// a client may send after a request.
+func emptyLines(b []byte) bool {
+	if len(b) == 0 || len(b) > 8 || len(b)%2 != 0 {
+		return false
+	}
+	for i := 0; i < len(b); i += 2 {
+		if b[i] != '\r' || b[i+1] != '\n' {
+			return false
+		}
+	}
+	return true
 }
 
 // startHead parks c in state head holding in, the first bytes of its next

@@ -220,6 +220,12 @@ func TestSlowHeadsDistributed(t *testing.T) {
 			if during.Counters["refused_queued"] != 0 {
 				t.Errorf("%d connections refused for the queued cap; it must make room instead", during.Counters["refused_queued"])
 			}
+			// Sustained pressure (connections closed to make room) puts
+			// admission in stress mode, with the timeouts shortened.
+			if !during.Stress || during.HeadTimeout >= 30*time.Second || during.FirstByteTimeout >= 5*time.Second {
+				t.Errorf("stress mode %v (first byte %v, head %v) under sustained pressure, want on with shortened timeouts",
+					during.Stress, during.FirstByteTimeout, during.HeadTimeout)
+			}
 			if a.peak.Load() < 1000 {
 				t.Errorf("the attack never held 1000 connections (peak %d)", a.peak.Load())
 			}
@@ -293,6 +299,16 @@ func TestHeadByteByByte(t *testing.T) {
 	if d := after.Counters["dispatches"] - before.Counters["dispatches"]; d != 1 {
 		t.Errorf("byte-by-byte head dispatched %d times, want once", d)
 	}
+	// An empty line sent on the kept-alive connection is ignored (RFC 9112
+	// §2.2): it starts no head, so no 408 comes after the 5 s gap.
+	c.Write([]byte("\r\n"))
+	time.Sleep(6 * time.Second)
+	c.Write([]byte("GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if resp, body, err := readResponse(br, "GET"); err != nil || resp.StatusCode != 200 || body != "ok\n" {
+		t.Fatalf("request after an empty line and 6 s idle: %v, %v %q", err, resp, body)
+	}
+	after = h.snapshot()
 	if after.Counters["heads_buffered"] == before.Counters["heads_buffered"] {
 		t.Errorf("the dispatcher did not hold the head while it arrived")
 	}

@@ -292,6 +292,29 @@ def tables(res, rdir):
                         ", ".join("%s %d" % kv for kv in sorted((a.get("errors") or {}).items())) or "–",
                         r["idle_ready"].get("opened"), (r.get("idle_done") or {}).get("still_open", 0 if (r.get("idle_done") or {}).get("phase") == "done" else "?"),
                         r.get("client_side_established_at_start")))
+    dist = res.get("distributed", [])
+    if dist:
+        with open(os.path.join(rdir, "distributed.tsv"), "w") as f:
+            f.write("attack\tserver\tunloaded_ok\tunloaded_sent\tok\tsent\tp50_ms\tp99_ms\terrors\tattacker_dials\tattacker_peak_open\talive\n")
+            for r in dist:
+                u, a, k = r["unloaded"], r["attacked"], r.get("attacker") or {}
+                f.write("%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n" % (
+                    r["attack"], r["server"], u["ok"], u["sent"], a["ok"], a["sent"], a["p50_ms"], a["p99_ms"],
+                    json.dumps(a.get("errors", {})), k.get("dials"), k.get("peak_open"), r["alive"]))
+        out.append("\n#### Distributed slow clients (default configuration, proxy to one upstream; one run each)\n")
+        out.append("Slow heads: 3000 connections from 50 addresses, one header line every 3 s. "
+                   "Slow bodies: 40 connections from 5 addresses, POST of 1 000 000 bytes at 2 KiB every 100 ms. "
+                   "The legitimate client (127.0.0.3) sends sequential requests with a 3 s timeout.\n")
+        out.append("| attack | server | unloaded: answered | attacked: answered | p50 / p99 ms | failures | attacker dials (peak open) |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in dist:
+            u, a, k = r["unloaded"], r["attacked"], r.get("attacker") or {}
+            out.append("| %s | %s | %d/%d | %d/%d (%.1f%%) | %s | %s | %s (%s) |" % (
+                r["attack"], LABEL.get(r["server"], r["server"]), u["ok"], u["sent"], a["ok"], a["sent"],
+                100.0 * a["ok"] / max(1, a["sent"]),
+                "%.2f / %.2f" % (a["p50_ms"], a["p99_ms"]) if a["ok"] else "–",
+                ", ".join("%s %d" % kv for kv in sorted((a.get("errors") or {}).items())) or "–",
+                k.get("dials", "?"), k.get("peak_open", "?")))
     costs = res.get("costs")
     if costs:
         out.append("\n#### Per request under wrk -t2 -c64 keep-alive, 5 s (one run each)\n")
