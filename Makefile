@@ -7,7 +7,12 @@ BIN     := bin
 PKGS    := ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build run test vet fuzz bench generate clean
+# The race detector needs cgo, under which the privilege drop and the
+# sandbox cannot work: it runs over every package whose tests need neither
+# (the supervisor's loop over fake workers, ipc, worker, config, ...).
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -e /internal/e2e -e /sandbox)
+
+.PHONY: all build run test race vet fuzz bench generate clean
 
 all: build
 
@@ -24,10 +29,14 @@ run: build
 # The whole suite: unit, fuzz seeds, and end-to-end tests with real worker
 # processes on loopback. -p 1 keeps the socket-heavy packages from competing
 # for the two cores. The OpenBSD build is part of the suite.
-test: build
+test: build race
 	$(GO) vet $(PKGS)
 	GOOS=openbsd $(GO) build $(PKGS)
 	$(GO) test -p 1 -count=1 -timeout 30m $(PKGS)
+
+# The race detector (it needs cgo and a C compiler) over RACE_PKGS.
+race:
+	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 10m $(RACE_PKGS)
 
 vet:
 	$(GO) vet $(PKGS)

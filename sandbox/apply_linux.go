@@ -19,6 +19,9 @@ func Apply(p Policy) ([]Layer, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	if cgoBuild {
+		return nil, ErrCgo
+	}
 	// Everything that needs a path outside the roots happens before chroot.
 	inInitNS, nsErr := inInitialUserNS()
 	uidMap := readIDMap("/proc/self/uid_map")

@@ -22,6 +22,9 @@ var spawnCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_SETUID, unix.CAP_SETGID}
 // account's uid and gid with only the capabilities needed to spawn sandboxed
 // workers (spawnCaps). It returns what it kept, for the log.
 func DropSupervisor(user string) (string, error) {
+	if cgoBuild {
+		return "", ErrCgo
+	}
 	if user == "" || os.Geteuid() != 0 {
 		return "no_new_privs", sys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	}
