@@ -37,7 +37,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}, {Name: "proxy_protocol"}},
 	}
 	workersSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}},
+		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}},
 	}
 	limitsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -315,6 +315,7 @@ func (d *decoder) workers(b *hcl.Block, w *Workers) {
 	intAttr(d, attrs, "count", "workers.count", 1, 256, &w.Count)
 	intAttr(d, attrs, "concurrency", "workers.concurrency", 1, 1024, &w.Concurrency)
 	intAttr(d, attrs, "max_rounds_per_worker", "workers.max_rounds_per_worker", 0, 1<<40, &w.MaxRoundsPerWorker)
+	durationAttr(d, attrs, "hot_window", "workers.hot_window", 0, 10*time.Second, &w.HotWindow)
 }
 
 func (d *decoder) limits(b *hcl.Block, l *Limits) {

@@ -62,6 +62,7 @@ func defaults() Config {
 		Workers: Workers{
 			Count:       DefaultWorkerCount,
 			Concurrency: DefaultWorkerConcurrency,
+			HotWindow:   2 * time.Millisecond,
 		},
 		Limits: Limits{
 			FirstByteTimeout:               DefaultFirstByteTimeout,

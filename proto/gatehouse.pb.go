@@ -84,6 +84,69 @@ func (Disposition) EnumDescriptor() ([]byte, []int) {
 	return file_gatehouse_proto_rawDescGZIP(), []int{0}
 }
 
+// Handback is why a worker returned a kept-alive connection.
+type Handback int32
+
+const (
+	// BUFFER_EMPTY: no input left and no hot wait (hot window off,
+	// draining).
+	Handback_BUFFER_EMPTY Handback = 0
+	// HOT_WINDOW: no request arrived within the hot window.
+	Handback_HOT_WINDOW Handback = 1
+	// PRESSURE: a connection waits for a slot; the hot wait was cut short
+	// or not started.
+	Handback_PRESSURE Handback = 2
+	// PARTIAL_HEAD: only part of the next head is there; it is carried.
+	Handback_PARTIAL_HEAD Handback = 3
+	// ROUNDS: the dispatch served its bound of rounds.
+	Handback_ROUNDS Handback = 4
+)
+
+// Enum value maps for Handback.
+var (
+	Handback_name = map[int32]string{
+		0: "BUFFER_EMPTY",
+		1: "HOT_WINDOW",
+		2: "PRESSURE",
+		3: "PARTIAL_HEAD",
+		4: "ROUNDS",
+	}
+	Handback_value = map[string]int32{
+		"BUFFER_EMPTY": 0,
+		"HOT_WINDOW":   1,
+		"PRESSURE":     2,
+		"PARTIAL_HEAD": 3,
+		"ROUNDS":       4,
+	}
+)
+
+func (x Handback) Enum() *Handback {
+	p := new(Handback)
+	*p = x
+	return p
+}
+
+func (x Handback) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Handback) Descriptor() protoreflect.EnumDescriptor {
+	return file_gatehouse_proto_enumTypes[1].Descriptor()
+}
+
+func (Handback) Type() protoreflect.EnumType {
+	return &file_gatehouse_proto_enumTypes[1]
+}
+
+func (x Handback) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Handback.Descriptor instead.
+func (Handback) EnumDescriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+}
+
 // Outcome is how a round ended.
 type Outcome int32
 
@@ -129,11 +192,11 @@ func (x Outcome) String() string {
 }
 
 func (Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_gatehouse_proto_enumTypes[1].Descriptor()
+	return file_gatehouse_proto_enumTypes[2].Descriptor()
 }
 
 func (Outcome) Type() protoreflect.EnumType {
-	return &file_gatehouse_proto_enumTypes[1]
+	return &file_gatehouse_proto_enumTypes[2]
 }
 
 func (x Outcome) Number() protoreflect.EnumNumber {
@@ -142,7 +205,7 @@ func (x Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Outcome.Descriptor instead.
 func (Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+	return file_gatehouse_proto_rawDescGZIP(), []int{2}
 }
 
 // Frame is the only message on the channel.
@@ -174,6 +237,7 @@ type Frame struct {
 	//	*Frame_BodyStart
 	//	*Frame_BodyDone
 	//	*Frame_BodyReply
+	//	*Frame_Pressure
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -421,6 +485,15 @@ func (x *Frame) GetBodyReply() *BodyReply {
 	return nil
 }
 
+func (x *Frame) GetPressure() *Pressure {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_Pressure); ok {
+			return x.Pressure
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -522,6 +595,11 @@ type Frame_BodyReply struct {
 	BodyReply *BodyReply `protobuf:"bytes,23,opt,name=body_reply,json=bodyReply,proto3,oneof"`
 }
 
+type Frame_Pressure struct {
+	// Supervisor notice (no reply), sent when the pressure changes.
+	Pressure *Pressure `protobuf:"bytes,24,opt,name=pressure,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -565,6 +643,8 @@ func (*Frame_BodyStart) isFrame_Body() {}
 func (*Frame_BodyDone) isFrame_Body() {}
 
 func (*Frame_BodyReply) isFrame_Body() {}
+
+func (*Frame_Pressure) isFrame_Body() {}
 
 // BodyStart tells the supervisor that the worker is about to receive the
 // request body of a connection it holds before running the handler. On ok
@@ -1321,6 +1401,54 @@ func (*AccessLog) Descriptor() ([]byte, []int) {
 	return file_gatehouse_proto_rawDescGZIP(), []int{15}
 }
 
+// Pressure says whether a readable connection waits for a worker slot (the
+// pool or its client's share is full). The supervisor sends it to every
+// worker when that changes, and to a new worker after Hello when on. While
+// on, workers hand back every hot connection at once and start no hot wait.
+type Pressure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	On            bool                   `protobuf:"varint,1,opt,name=on,proto3" json:"on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pressure) Reset() {
+	*x = Pressure{}
+	mi := &file_gatehouse_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pressure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pressure) ProtoMessage() {}
+
+func (x *Pressure) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
+func (*Pressure) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Pressure) GetOn() bool {
+	if x != nil {
+		return x.On
+	}
+	return false
+}
+
 // Hello is the supervisor's first frame: who the worker is and what it serves.
 type Hello struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1337,7 +1465,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1477,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1490,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{16}
+	return file_gatehouse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Hello) GetWorkerId() uint32 {
@@ -1412,7 +1540,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1552,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1565,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{17}
+	return file_gatehouse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -1472,7 +1600,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1612,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1625,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{18}
+	return file_gatehouse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -1536,7 +1664,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1676,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1689,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{19}
+	return file_gatehouse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -1632,16 +1760,22 @@ type Done struct {
 	Kept bool `protobuf:"varint,5,opt,name=kept,proto3" json:"kept,omitempty"`
 	// outcome says how the round ended, for the supervisor's counters.
 	Outcome Outcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=gatehouse.v1.Outcome" json:"outcome,omitempty"`
-	// responses are the responses of this round, in order (at most a few:
-	// a round serves the pipelined requests already buffered).
-	Responses     []*Response `protobuf:"bytes,7,rep,name=responses,proto3" json:"responses,omitempty"`
+	// responses are the responses of this dispatch, in order (at most a
+	// few dozen: the pipelined requests already buffered, and those that
+	// arrived within the hot window).
+	Responses []*Response `protobuf:"bytes,7,rep,name=responses,proto3" json:"responses,omitempty"`
+	// hot_requests is how many of them arrived while the worker kept the
+	// connection hot, after the input of the previous one was used up.
+	HotRequests uint32 `protobuf:"varint,8,opt,name=hot_requests,json=hotRequests,proto3" json:"hot_requests,omitempty"`
+	// handback says why a kept-alive connection came back.
+	Handback      Handback `protobuf:"varint,9,opt,name=handback,proto3,enum=gatehouse.v1.Handback" json:"handback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1787,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1800,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{20}
+	return file_gatehouse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -1718,6 +1852,20 @@ func (x *Done) GetResponses() []*Response {
 	return nil
 }
 
+func (x *Done) GetHotRequests() uint32 {
+	if x != nil {
+		return x.HotRequests
+	}
+	return 0
+}
+
+func (x *Done) GetHandback() Handback {
+	if x != nil {
+		return x.Handback
+	}
+	return Handback_BUFFER_EMPTY
+}
+
 // Response is one answered request, for the supervisor's metrics.
 type Response struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1730,7 +1878,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1890,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1903,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{21}
+	return file_gatehouse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Response) GetStatus() uint32 {
@@ -1781,7 +1929,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1941,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1954,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{22}
+	return file_gatehouse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -1826,7 +1974,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1986,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1999,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{23}
+	return file_gatehouse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -1877,7 +2025,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2037,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,14 +2050,14 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{24}
+	return file_gatehouse_proto_rawDescGZIP(), []int{25}
 }
 
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xc2\t\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xf8\t\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -1943,7 +2091,8 @@ const file_gatehouse_proto_rawDesc = "" +
 	"body_start\x18\x15 \x01(\v2\x17.gatehouse.v1.BodyStartH\x00R\tbodyStart\x125\n" +
 	"\tbody_done\x18\x16 \x01(\v2\x16.gatehouse.v1.BodyDoneH\x00R\bbodyDone\x128\n" +
 	"\n" +
-	"body_reply\x18\x17 \x01(\v2\x17.gatehouse.v1.BodyReplyH\x00R\tbodyReplyB\x06\n" +
+	"body_reply\x18\x17 \x01(\v2\x17.gatehouse.v1.BodyReplyH\x00R\tbodyReply\x124\n" +
+	"\bpressure\x18\x18 \x01(\v2\x16.gatehouse.v1.PressureH\x00R\bpressureB\x06\n" +
 	"\x04body\"<\n" +
 	"\tBodyStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x16\n" +
@@ -1982,7 +2131,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"Overloaded\" \n" +
 	"\bLogLevel\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\tR\x05level\"\v\n" +
-	"\tAccessLog\"\x9a\x01\n" +
+	"\tAccessLog\"\x1a\n" +
+	"\bPressure\x12\x0e\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\"\x9a\x01\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\rR\bworkerId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x1f\n" +
@@ -2006,7 +2157,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"client_key\x18\x05 \x01(\tR\tclientKey\x12\x18\n" +
 	"\acarried\x18\x06 \x01(\fR\acarried\x12\x1a\n" +
 	"\brequests\x18\a \x01(\rR\brequests\x12,\n" +
-	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\"\x8d\x02\n" +
+	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\"\xe4\x02\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +
@@ -2014,7 +2165,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\brequests\x18\x04 \x01(\rR\brequests\x12\x12\n" +
 	"\x04kept\x18\x05 \x01(\bR\x04kept\x12/\n" +
 	"\aoutcome\x18\x06 \x01(\x0e2\x15.gatehouse.v1.OutcomeR\aoutcome\x124\n" +
-	"\tresponses\x18\a \x03(\v2\x16.gatehouse.v1.ResponseR\tresponses\":\n" +
+	"\tresponses\x18\a \x03(\v2\x16.gatehouse.v1.ResponseR\tresponses\x12!\n" +
+	"\fhot_requests\x18\b \x01(\rR\vhotRequests\x122\n" +
+	"\bhandback\x18\t \x01(\x0e2\x16.gatehouse.v1.HandbackR\bhandback\":\n" +
 	"\bResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x16\n" +
 	"\x06micros\x18\x02 \x01(\x04R\x06micros\"\x18\n" +
@@ -2030,7 +2183,15 @@ const file_gatehouse_proto_rawDesc = "" +
 	"KEEP_ALIVE\x10\x01\x12\t\n" +
 	"\x05CLOSE\x10\x02\x12\n" +
 	"\n" +
-	"\x06LINGER\x10\x03*P\n" +
+	"\x06LINGER\x10\x03*X\n" +
+	"\bHandback\x12\x10\n" +
+	"\fBUFFER_EMPTY\x10\x00\x12\x0e\n" +
+	"\n" +
+	"HOT_WINDOW\x10\x01\x12\f\n" +
+	"\bPRESSURE\x10\x02\x12\x10\n" +
+	"\fPARTIAL_HEAD\x10\x03\x12\n" +
+	"\n" +
+	"\x06ROUNDS\x10\x04*P\n" +
 	"\aOutcome\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x0f\n" +
 	"\vPEER_CLOSED\x10\x01\x12\x0e\n" +
@@ -2051,69 +2212,73 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 	return file_gatehouse_proto_rawDescData
 }
 
-var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
-	(Outcome)(0),            // 1: gatehouse.v1.Outcome
-	(*Frame)(nil),           // 2: gatehouse.v1.Frame
-	(*BodyStart)(nil),       // 3: gatehouse.v1.BodyStart
-	(*BodyDone)(nil),        // 4: gatehouse.v1.BodyDone
-	(*BodyReply)(nil),       // 5: gatehouse.v1.BodyReply
-	(*Dial)(nil),            // 6: gatehouse.v1.Dial
-	(*DialReply)(nil),       // 7: gatehouse.v1.DialReply
-	(*UpstreamRelease)(nil), // 8: gatehouse.v1.UpstreamRelease
-	(*Reclaim)(nil),         // 9: gatehouse.v1.Reclaim
-	(*Reclaimed)(nil),       // 10: gatehouse.v1.Reclaimed
-	(*RateCheck)(nil),       // 11: gatehouse.v1.RateCheck
-	(*RateReply)(nil),       // 12: gatehouse.v1.RateReply
-	(*StatsRequest)(nil),    // 13: gatehouse.v1.StatsRequest
-	(*StatsReply)(nil),      // 14: gatehouse.v1.StatsReply
-	(*Overloaded)(nil),      // 15: gatehouse.v1.Overloaded
-	(*LogLevel)(nil),        // 16: gatehouse.v1.LogLevel
-	(*AccessLog)(nil),       // 17: gatehouse.v1.AccessLog
-	(*Hello)(nil),           // 18: gatehouse.v1.Hello
-	(*SandboxLayer)(nil),    // 19: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 20: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 21: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 22: gatehouse.v1.Done
-	(*Response)(nil),        // 23: gatehouse.v1.Response
-	(*Ping)(nil),            // 24: gatehouse.v1.Ping
-	(*Pong)(nil),            // 25: gatehouse.v1.Pong
-	(*Drain)(nil),           // 26: gatehouse.v1.Drain
+	(Handback)(0),           // 1: gatehouse.v1.Handback
+	(Outcome)(0),            // 2: gatehouse.v1.Outcome
+	(*Frame)(nil),           // 3: gatehouse.v1.Frame
+	(*BodyStart)(nil),       // 4: gatehouse.v1.BodyStart
+	(*BodyDone)(nil),        // 5: gatehouse.v1.BodyDone
+	(*BodyReply)(nil),       // 6: gatehouse.v1.BodyReply
+	(*Dial)(nil),            // 7: gatehouse.v1.Dial
+	(*DialReply)(nil),       // 8: gatehouse.v1.DialReply
+	(*UpstreamRelease)(nil), // 9: gatehouse.v1.UpstreamRelease
+	(*Reclaim)(nil),         // 10: gatehouse.v1.Reclaim
+	(*Reclaimed)(nil),       // 11: gatehouse.v1.Reclaimed
+	(*RateCheck)(nil),       // 12: gatehouse.v1.RateCheck
+	(*RateReply)(nil),       // 13: gatehouse.v1.RateReply
+	(*StatsRequest)(nil),    // 14: gatehouse.v1.StatsRequest
+	(*StatsReply)(nil),      // 15: gatehouse.v1.StatsReply
+	(*Overloaded)(nil),      // 16: gatehouse.v1.Overloaded
+	(*LogLevel)(nil),        // 17: gatehouse.v1.LogLevel
+	(*AccessLog)(nil),       // 18: gatehouse.v1.AccessLog
+	(*Pressure)(nil),        // 19: gatehouse.v1.Pressure
+	(*Hello)(nil),           // 20: gatehouse.v1.Hello
+	(*SandboxLayer)(nil),    // 21: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 22: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 23: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 24: gatehouse.v1.Done
+	(*Response)(nil),        // 25: gatehouse.v1.Response
+	(*Ping)(nil),            // 26: gatehouse.v1.Ping
+	(*Pong)(nil),            // 27: gatehouse.v1.Pong
+	(*Drain)(nil),           // 28: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	18, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	20, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	21, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	22, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	24, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	25, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	26, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
-	6,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
-	11, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
-	13, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
-	7,  // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
-	12, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
-	14, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
-	15, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
-	8,  // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
-	16, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
-	9,  // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
-	10, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
-	17, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
-	3,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
-	4,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
-	5,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
-	19, // 22: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 23: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	1,  // 24: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	23, // 25: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	20, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	22, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	23, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	24, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	26, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	27, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	28, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	7,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
+	12, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
+	14, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
+	8,  // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
+	13, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
+	15, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
+	16, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
+	9,  // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
+	17, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
+	10, // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
+	11, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
+	18, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
+	4,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
+	5,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
+	6,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
+	19, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
+	21, // 23: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 24: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	2,  // 25: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	25, // 26: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	1,  // 27: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -2144,14 +2309,15 @@ func file_gatehouse_proto_init() {
 		(*Frame_BodyStart)(nil),
 		(*Frame_BodyDone)(nil),
 		(*Frame_BodyReply)(nil),
+		(*Frame_Pressure)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   25,
+			NumEnums:      3,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -46,6 +46,9 @@ type counters struct {
 	upstreamErrors   uint64
 	rateLimited      uint64
 	outcomes         [5]uint64 // by proto.Outcome
+	handbacks        [5]uint64 // by proto.Handback
+	hotRequests      uint64
+	pressureOn       uint64    // times the pressure went on
 	byClass          [6]uint64 // responses by status class; [0] counts statuses out of range
 	latency          histogram
 }
@@ -245,6 +248,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	for i, n := range d.c.outcomes {
 		s.Counters["round_"+strings.ToLower(proto.Outcome(i).String())] = n
 	}
+	d.c.handbackCounters(s.Counters)
 	for _, l := range d.listeners {
 		s.Listeners = append(s.Listeners, l.addr)
 	}

@@ -128,7 +128,10 @@ func TestDispatchBounds(t *testing.T) {
 				h.send(h.dial(c.from))
 				if c.after >= 0 {
 					h.waitFor(fmt.Sprintf("connection %d waiting", i), func(s Snapshot) bool { return s.Conns["waiting"] == 1 })
+					// Every worker hears that a connection waits (its hot
+					// connections go back), and gets nothing else.
 					for _, p := range workers {
+						h.pressure(p, true)
 						h.noFrame(p)
 					}
 					continue
@@ -159,6 +162,15 @@ func TestDispatchBounds(t *testing.T) {
 	}
 }
 
+// pressure expects p's next frame to be a Pressure notice saying on.
+func (h *loopHarness) pressure(p *fakeProc, on bool) {
+	h.t.Helper()
+	f := h.next(p)
+	if pr := f.GetPressure(); pr == nil || pr.GetOn() != on {
+		h.t.Fatalf("worker %d: got %v, want Pressure{on: %v}", p.slot, f.Body, on)
+	}
+}
+
 // dispatchedAny waits for the next Dispatch at any of ps and returns which
 // worker got it and the connection's id.
 func (h *loopHarness) dispatchedAny(ps []*fakeProc) (*fakeProc, uint64) {
@@ -168,6 +180,9 @@ func (h *loopHarness) dispatchedAny(ps []*fakeProc) (*fakeProc, uint64) {
 			f, err := p.Next(10 * time.Millisecond)
 			if err != nil {
 				continue
+			}
+			if f.GetPressure() != nil {
+				continue // the waiting connection's pressure ending
 			}
 			d := f.GetDispatch()
 			if d == nil || f.FD < 0 {

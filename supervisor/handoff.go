@@ -142,6 +142,12 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	case m.GetOutcome() < 0 || int(m.GetOutcome()) >= len(d.c.outcomes):
 		d.killWorker(w, "Done with an unknown outcome")
 		return false
+	case m.GetHandback() < 0 || int(m.GetHandback()) >= len(d.c.handbacks):
+		d.killWorker(w, "Done with an unknown handback")
+		return false
+	case m.GetHotRequests() > m.GetRequests()-min(m.GetRequests(), c.requests):
+		d.killWorker(w, "Done reports more hot requests than requests")
+		return false
 	case len(m.GetResponses()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
 		d.killWorker(w, "Done reports more responses than requests")
 		return false
@@ -170,6 +176,7 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 		d.queued--
 	}
 	d.c.outcomes[m.GetOutcome()]++
+	d.countHot(m)
 	for _, r := range m.GetResponses() {
 		d.c.observe(r.GetStatus(), r.GetMicros())
 	}

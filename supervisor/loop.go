@@ -91,6 +91,7 @@ func (d *dispatcher) run() error {
 		}
 		d.expire(now)
 		d.tick(now)
+		d.signalPressure()
 		if d.stopping && d.finished(now) {
 			d.teardown()
 			return nil

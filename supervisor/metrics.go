@@ -53,6 +53,13 @@ var counterMetrics = map[string]struct {
 	"accept_errors":           {"accept_errors_total", "Failed accept calls.", "", ""},
 	"accept_pauses":           {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
 	"worker_kills":            {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
+	"hot_requests":            {"hot_requests_total", "Requests that arrived while their worker kept the connection hot.", "", ""},
+	"pressure_on":             {"pressure_on_total", "Times a readable connection began to wait for a slot, which ends every hot wait.", "", ""},
+	"handback_buffer_empty":   {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "buffer_empty"},
+	"handback_hot_window":     {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "hot_window"},
+	"handback_pressure":       {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "pressure"},
+	"handback_partial_head":   {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "partial_head"},
+	"handback_rounds":         {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "rounds"},
 	"worker_log_lines_dropped": {"worker_log_lines_dropped_total",
 		"Lines of worker output the supervisor dropped over each worker's relay rate limit.", "", ""},
 	// worker_deaths is exported by reason and signal from Deaths, below.

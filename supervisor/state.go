@@ -97,6 +97,9 @@ type workerSet struct {
 	// accessFD is the access log workers get a duplicate of after Hello
 	// (-1: off).
 	accessFD int
+	// pressure is what the workers were last told: whether a readable
+	// connection waits for a slot.
+	pressure bool
 }
 
 // broker owns what workers ask the supervisor for: the upstream budgets

@@ -94,6 +94,9 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 	if cfg.Log.AccessLog {
 		d.sendAccessLog(w)
 	}
+	if d.pressure {
+		d.sendPressure(w, true)
+	}
 	if d.logLevel != "" {
 		d.send(w, &proto.Frame{Body: &proto.Frame_LogLevel{LogLevel: &proto.LogLevel{Level: d.logLevel}}}, -1)
 	}

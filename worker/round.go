@@ -37,10 +37,13 @@ const (
 	// 1000th request or once it is an hour old (docs/DESIGN.md §3.4).
 	maxRequestsPerConn = 1000
 	maxConnAge         = time.Hour
-	// pipelineRounds bounds the rounds served in one dispatch before the
-	// connection goes back to the supervisor with its input carried, so one
-	// pipelining client cannot keep a worker slot.
+	// pipelineRounds bounds the rounds served in a row from input already
+	// held before the connection goes back to the supervisor with its input
+	// carried, so one pipelining client cannot keep a worker slot.
 	pipelineRounds = 8
+	// maxRoundsPerDispatch bounds the rounds of one dispatch, hot ones
+	// included, so that Done's list of responses stays small.
+	maxRoundsPerDispatch = 64
 	// drainMax bounds the unread request body discarded to keep a
 	// connection alive; a larger remainder closes it instead.
 	drainMax     = 256 << 10
@@ -67,6 +70,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	cs.fd = fd
 	disp, carried, requests = cs.serve()
 	outcome, responses = cs.outcome, cs.responses
+	handback, hot := cs.handback, cs.hotRequests
 	cs.release()
 	if disp == proto.Disposition_LINGER {
 		unix.Shutdown(fd, unix.SHUT_WR)
@@ -81,6 +85,8 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 		Responses:   responses,
 		Carried:     carried,
 		Requests:    requests,
+		HotRequests: hot,
+		Handback:    handback,
 	}}}
 	// The slot is released before Done is written: once the supervisor
 	// reads Done it may dispatch again at once, and must never find the slot
@@ -101,11 +107,14 @@ type connServer struct {
 	accepted time.Time
 	requests uint32
 
-	outcome    proto.Outcome     // how the last round ended
-	responses  []*proto.Response // of this dispatch, for the supervisor's metrics
-	carried    *bytes.Reader
-	raw        headRecorder // the raw head, for Origin when it does not parse
-	roundStart time.Time
+	outcome  proto.Outcome  // how the last round ended
+	handback proto.Handback // why a kept-alive connection goes back
+	// hotRequests counts the requests that arrived in a hot wait.
+	hotRequests uint32
+	responses   []*proto.Response // of this dispatch, for the supervisor's metrics
+	carried     *bytes.Reader
+	raw         headRecorder // the raw head, for Origin when it does not parse
+	roundStart  time.Time
 	// outside: the connection gave its slot back for a body (BodyStart)
 	// and has not got one again.
 	outside bool
@@ -190,30 +199,111 @@ func (cs *connServer) pendingInput() []byte {
 	return append(append([]byte(nil), b...), c[len(c)-cs.carried.Len():]...)
 }
 
-// serve answers requests while input is buffered, up to pipelineRounds, and
-// returns what the supervisor should do with the connection.
+// serve answers requests while input is buffered, up to pipelineRounds in a
+// row, and while requests arrive within the hot window, and returns what the
+// supervisor should do with the connection.
 func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
-	for round := 0; ; round++ {
+	held := 0 // rounds served in a row from input already held
+	for round := 1; ; round++ {
 		keep, disp := cs.round()
 		if !keep {
 			return disp, nil, cs.requests
 		}
+		held++
 		cs.skipEmptyLines()
 		if cs.pending() == 0 {
-			return proto.Disposition_KEEP_ALIVE, nil, cs.requests
+			if round >= maxRoundsPerDispatch {
+				cs.handback = proto.Handback_ROUNDS
+				return proto.Disposition_KEEP_ALIVE, nil, cs.requests
+			}
+			switch cs.hotWait() {
+			case hotNothing:
+				return proto.Disposition_KEEP_ALIVE, nil, cs.requests
+			case hotClosed:
+				return proto.Disposition_CLOSE, nil, cs.requests
+			}
+			held = 0
 		}
 		// The next request goes through the dispatcher's rule too: the
 		// worker never waits for the rest of a head; the supervisor does.
-		if rest := cs.pendingInput(); !headend.Decided(rest) {
-			return proto.Disposition_KEEP_ALIVE, rest, cs.requests
+		if !cs.headDecided() {
+			cs.handback = proto.Handback_PARTIAL_HEAD
+			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
-		if round+1 >= pipelineRounds || cs.w.draining.Load() {
+		if held >= pipelineRounds || round >= maxRoundsPerDispatch || cs.w.draining.Load() {
 			if cs.w.draining.Load() {
 				return proto.Disposition_LINGER, nil, cs.requests
 			}
+			cs.handback = proto.Handback_ROUNDS
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
 	}
+}
+
+// headDecided reports whether the held input holds a complete (or invalid,
+// or oversized) head, without copying it in the common case.
+func (cs *connServer) headDecided() bool {
+	if cs.carried.Len() == 0 {
+		b, _ := cs.br.Peek(cs.br.Buffered())
+		return headend.Decided(b)
+	}
+	return headend.Decided(cs.pendingInput())
+}
+
+// hotResult is what a hot wait found.
+type hotResult uint8
+
+const (
+	hotInput   hotResult = iota // input arrived
+	hotNothing                  // no wait, or none arrived: hand the connection back
+	hotClosed                   // the peer closed or reset it
+)
+
+// hotWait keeps a connection whose input is used up for the hot window,
+// waiting for its next request (docs/DESIGN.md §2, affinity and hot
+// connections), unless a connection waits for a slot: then, or as soon as
+// that happens, it hands the connection back. It reads at most what is
+// there; the caller applies the complete-head rule to it.
+func (cs *connServer) hotWait() hotResult {
+	w := cs.w
+	if w.hotWindow <= 0 || w.draining.Load() {
+		return hotNothing
+	}
+	if w.pressure.Load() {
+		cs.handback = proto.Handback_PRESSURE
+		return hotNothing
+	}
+	// The deadline is set once, before the connection is registered: a
+	// pressure notice that finds it registered moves it to the past, and
+	// one that came earlier is seen by the check below.
+	cs.nc.SetReadDeadline(time.Now().Add(w.hotWindow))
+	cs.in.limit = nil
+	w.hotMu.Lock()
+	w.hot[cs] = struct{}{}
+	w.hotMu.Unlock()
+	defer func() {
+		w.hotMu.Lock()
+		delete(w.hot, cs)
+		w.hotMu.Unlock()
+	}()
+	if w.pressure.Load() {
+		cs.handback = proto.Handback_PRESSURE
+		return hotNothing
+	}
+	_, err := cs.br.Peek(1)
+	switch {
+	case err == nil:
+		cs.hotRequests++
+		return hotInput
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		cs.handback = proto.Handback_HOT_WINDOW
+		if w.pressure.Load() {
+			cs.handback = proto.Handback_PRESSURE
+		}
+		return hotNothing
+	}
+	cs.outcome = proto.Outcome_PEER_CLOSED
+	return hotClosed
 }
 
 // round reads one request head, runs its handler and frames its response. It

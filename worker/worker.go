@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/ipc"
@@ -38,6 +39,14 @@ type Worker struct {
 	pools  map[string]*upstreamPool // by upstream name; set once by Hello
 	id     uint32
 	conc   int
+
+	// hotWindow is how long a connection is kept after its input is used
+	// up (set once by Hello); pressure is on while a connection waits for
+	// a slot somewhere; hot holds the connections in a hot wait.
+	hotWindow time.Duration
+	pressure  atomic.Bool
+	hotMu     sync.Mutex
+	hot       map[*connServer]struct{} // +checklocks:hotMu
 
 	active   atomic.Int32
 	draining atomic.Bool
@@ -186,6 +195,8 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 				return errors.New("AccessLog before Hello or with the access log off")
 			}
 			w.access.setOut(os.NewFile(uintptr(fd), "access log"))
+		case *proto.Frame_Pressure:
+			w.setPressure(b.Pressure.GetOn())
 		case *proto.Frame_LogLevel:
 			w.log.SetLevel(hclog.LevelFromString(b.LogLevel.GetLevel()))
 		case *proto.Frame_Drain:
@@ -218,12 +229,30 @@ func (w *Worker) hello(h *proto.Hello) error {
 	}
 	w.cfg, w.router, w.id = cfg, rt, h.GetWorkerId()
 	w.conc = max(1, int(h.GetConcurrency()))
+	w.hotWindow = cfg.Workers.HotWindow
+	w.hotMu.Lock()
+	w.hot = make(map[*connServer]struct{})
+	w.hotMu.Unlock()
 	w.calls.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
 	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	if cfg.Log.AccessLog {
 		w.access = newAccessLog(cfg.Log.AccessLogFormat, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
 	}
 	return nil
+}
+
+// setPressure records the supervisor's pressure; when on, every hot wait
+// ends at once and its connection goes back.
+func (w *Worker) setPressure(on bool) {
+	w.pressure.Store(on)
+	if !on {
+		return
+	}
+	w.hotMu.Lock()
+	defer w.hotMu.Unlock()
+	for cs := range w.hot {
+		cs.nc.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 // maskClient returns the client key for the access log: whole, or masked to
