@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ var (
 			{Name: "trusted_proxies"},
 			{Name: "ipv6_client_prefix_length"},
 			{Name: "user"},
+			{Name: "worker_user"},
 			{Name: "rate_limit_entries"},
 		},
 		Blocks: []hcl.BlockHeaderSchema{
@@ -114,8 +116,17 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 			cfg.User = s
 		}
 	}
+	if s, rng, ok := stringAttr(d, content.Attributes, "worker_user", "worker_user"); ok {
+		userRange = rng
+		if !validWorkerUser(s) {
+			d.errorf(rng, "Invalid value", "worker_user must be an account name or UID:GID, got %q.", s)
+			userOK = false
+		} else {
+			cfg.WorkerUser = s
+		}
+	}
 	if d.host != nil && userOK {
-		d.checkUser(cfg.User, userRange)
+		d.checkUser(cfg.User, cfg.WorkerUser, userRange)
 	}
 
 	blocks := content.Blocks.ByType()
@@ -358,4 +369,14 @@ func (d *decoder) admin(b *hcl.Block, a *Admin, base string) {
 		d.checkSocketDir(p, rng)
 	}
 	a.Socket = p
+}
+
+// validWorkerUser reports whether s is an account name or "UID:GID".
+func validWorkerUser(s string) bool {
+	if u, g, ok := strings.Cut(s, ":"); ok {
+		_, err1 := strconv.ParseUint(u, 10, 31)
+		_, err2 := strconv.ParseUint(g, 10, 31)
+		return err1 == nil && err2 == nil
+	}
+	return s != "" && !strings.ContainsAny(s, " /") && !hasCTL(s)
 }

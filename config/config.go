@@ -32,8 +32,15 @@ type Config struct {
 	Log            Log
 	// IPv6ClientPrefixLength groups IPv6 clients by this prefix (1..128, default 64).
 	IPv6ClientPrefixLength int
-	// User, when set, is the workers' unprivileged account.
+	// User is the account the supervisor runs as once its listeners are
+	// bound, when started as root. Unset: the "gatehouse" account where one
+	// exists, else "nobody" (logged loudly).
 	User string
+	// WorkerUser is the account workers run as ("NAME" or "UID:GID"),
+	// never the supervisor's. Unset: the "gatehouse-worker" account where
+	// one exists, else the first uid:gid of the supervisor account's
+	// subordinate ranges (/etc/subuid, /etc/subgid), else 65533:65533.
+	WorkerUser string
 	// CORS, when set, adds CORS headers to every response, transport errors
 	// included.
 	CORS *CORS

@@ -31,18 +31,22 @@ type hostChecks struct {
 	handlers []string // embedded handler names the worker program has
 }
 
-// checkUser resolves the workers' account from cfg.User (rng: where user is
-// set, or the file's start for the default).
-func (d *decoder) checkUser(user string, rng hcl.Range) {
-	if user != "" {
-		if _, _, err := sandbox.LookupUser(user); err != nil {
-			d.errorf(rng, "Unknown user", "user %q: %s.", user, strings.TrimPrefix(err.Error(), "sandbox: "))
+// checkUser resolves the supervisor's account from cfg.User and the
+// workers' from cfg.WorkerUser (rng: where user or worker_user is set, or
+// the file's start for the defaults).
+func (d *decoder) checkUser(user, workerUser string, rng hcl.Range) {
+	for _, u := range []string{user, workerUser} {
+		if u == "" {
+			continue
+		}
+		if _, _, err := sandbox.LookupUser(u); err != nil {
+			d.errorf(rng, "Unknown user", "user %q: %s.", u, strings.TrimPrefix(err.Error(), "sandbox: "))
 			return
 		}
 	}
-	acct, err := sandbox.WorkerAccount(user)
+	acct, err := sandbox.WorkerAccount(workerUser, user)
 	if err != nil {
-		d.errorf(rng, "Invalid user", "user %q: %s.", user, strings.TrimPrefix(err.Error(), "sandbox: "))
+		d.errorf(rng, "Invalid user", "user %q, worker_user %q: %s.", user, workerUser, strings.TrimPrefix(err.Error(), "sandbox: "))
 		return
 	}
 	d.host.account = &acct

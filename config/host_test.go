@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 )
 
 // readableTempDir is a temporary directory the workers' account can search:
@@ -37,7 +39,7 @@ func TestHostRootUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Root reads everything through access(2), so only the mode bits as
-	// the workers' account (nobody) see them can refuse; others lose search
+	// the workers' account see them can refuse; others lose search
 	// permission on their own directory with mode 0.
 	mode := os.FileMode(0o700)
 	if os.Geteuid() != 0 {
@@ -52,7 +54,11 @@ func TestHostRootUnreadable(t *testing.T) {
 	wantError(t, src, err, "file.hcl:10,12-", "Unreadable static root", `route "/s": static.root`,
 		fmt.Sprintf("directory %q has mode %04o", private, mode), "does not let it search")
 	if os.Geteuid() == 0 {
-		wantError(t, src, err, "nobody (uid 65534, gid 65534)")
+		acct, aerr := sandbox.WorkerAccount("", "")
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		wantError(t, src, err, acct.String())
 	}
 	// The same tree, searchable: accepted.
 	if err := os.Chmod(private, 0o755); err != nil {

@@ -29,22 +29,17 @@ func (a Account) String() string {
 func LookupUser(name string) (uid, gid int, err error) { return lookupUser(name) }
 
 // WorkerAccount returns the host account workers started now will have:
-// when the supervisor runs as root, user (nobody when "" on Linux, where
-// workers never keep root); otherwise the supervisor's own. A privileged or
-// unknown user is an error, as it is when a worker is spawned.
-func WorkerAccount(user string) (Account, error) {
-	if os.Geteuid() != 0 || user == "" && runtime.GOOS != "linux" {
+// when the supervisor runs as root, workerUser (see workerAccountOf) beside
+// the account user makes it drop to (see SupervisorAccount); otherwise the
+// supervisor's own. A privileged or unknown account, or one sharing the
+// supervisor's uid, is an error, as it is when the supervisor starts.
+func WorkerAccount(workerUser, user string) (Account, error) {
+	if os.Geteuid() != 0 || workerUser == "" && runtime.GOOS != "linux" {
 		return Account{UID: os.Geteuid(), GID: os.Getegid()}, nil
 	}
-	uid, gid, err := lookupUser(user)
+	sup, _, err := SupervisorAccount(user)
 	if err != nil {
 		return Account{}, err
 	}
-	if uid == 0 || gid == 0 {
-		return Account{}, fmt.Errorf("sandbox: user %q is privileged (uid %d gid %d); workers must run as an unprivileged account", user, uid, gid)
-	}
-	if user == "" {
-		user = "nobody"
-	}
-	return Account{Name: user, UID: uid, GID: gid}, nil
+	return workerAccountOf(workerUser, sup)
 }

@@ -3,76 +3,124 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
-	"unsafe"
 
 	"github.com/gatehouse-dev/gatehouse/sandbox/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
-// spawnCaps are the capabilities a supervisor keeps after dropping to its
-// user: creating the workers' namespaces (CAP_SYS_ADMIN, which kernels that
-// restrict unprivileged user namespaces require) and writing their id maps
-// (CAP_SETUID, CAP_SETGID). It keeps nothing else: no file, network or
-// ptrace privilege, and its bounding set holds only these.
-var spawnCaps = []int{unix.CAP_SYS_ADMIN, unix.CAP_SETUID, unix.CAP_SETGID}
+// SetNoNewPrivs sets no_new_privs on every thread of the calling process.
+func SetNoNewPrivs() error { return sys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }
 
-// DropSupervisor confines the supervisor after it bound its listeners:
-// no_new_privs on every thread and, when running as root with user set, that
-// account's uid and gid with only the capabilities needed to spawn sandboxed
-// workers (spawnCaps). It returns what it kept, for the log.
-func DropSupervisor(user string) (string, error) {
+// DropSupervisor confines the supervisor after it bound its listeners and
+// started its spawner: no_new_privs on every thread and, when running as
+// root, the account to's uid and gid with no capability at all (effective,
+// permitted, inheritable, ambient and bounding sets empty): spawning workers
+// is the spawner's job. Not root, it sets no_new_privs only. It returns
+// what it did, for the log.
+func DropSupervisor(to *Account) (string, error) {
 	if cgoBuild {
 		return "", ErrCgo
 	}
-	if user == "" || os.Geteuid() != 0 {
-		return "no_new_privs", sys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	if to == nil || os.Geteuid() != 0 {
+		return "no_new_privs", SetNoNewPrivs()
 	}
-	uid, gid, err := lookupUser(user)
-	if err != nil {
-		return "", err
-	}
-	if uid == 0 || gid == 0 {
-		return "", fmt.Errorf("sandbox: user %q is privileged (uid %d gid %d)", user, uid, gid)
-	}
-	keep := uint64(0)
-	for _, c := range spawnCaps {
-		keep |= 1 << c
+	if to.UID == 0 || to.GID == 0 {
+		return "", fmt.Errorf("sandbox: supervisor account %s is privileged", to)
 	}
 	// The bounding set first, while CAP_SETPCAP is still effective.
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if keep&(1<<c) == 0 {
-			if err := sys.AllThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-				return "", err
-			}
+		if err := sys.AllThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return "", err
 		}
-	}
-	if err := sys.AllThreadsPrctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
-		return "", err
 	}
 	if err := syscall.Setgroups(nil); err != nil {
 		return "", os.NewSyscallError("setgroups", err)
 	}
-	if err := syscall.Setresgid(gid, gid, gid); err != nil {
+	if err := syscall.Setresgid(to.GID, to.GID, to.GID); err != nil {
 		return "", os.NewSyscallError("setresgid", err)
 	}
-	if err := syscall.Setresuid(uid, uid, uid); err != nil {
+	// Leaving uid 0 without keepcaps clears the permitted, effective and
+	// ambient sets, and makes the process non-dumpable.
+	if err := syscall.Setresuid(to.UID, to.UID, to.UID); err != nil {
 		return "", os.NewSyscallError("setresuid", err)
 	}
-	// Changing uid made the process non-dumpable, which makes its
-	// children's /proc files root's: the supervisor could no longer write
-	// a new worker's uid_map. Its kept capabilities still stop a process
-	// of the same uid from tracing it (ptrace needs a superset of them).
-	if err := sys.AllThreadsPrctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+	if empty, err := sys.CapsEmpty(); err != nil || !empty {
+		return "", fmt.Errorf("sandbox: capabilities remain after dropping to %s (%v)", to, err)
+	}
+	if err := SetNoNewPrivs(); err != nil {
 		return "", err
 	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	data := [2]unix.CapUserData{{Effective: uint32(keep), Permitted: uint32(keep)}, {Effective: uint32(keep >> 32), Permitted: uint32(keep >> 32)}}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return "", os.NewSyscallError("capset", e)
+	return fmt.Sprintf("no_new_privs, %s, no capabilities", to), nil
+}
+
+// UserNamespaceRefused probes whether the calling process may create a user
+// namespace mapping its own ids: "" if so, else the kernel's refusal.
+func UserNamespaceRefused() string {
+	if err := probeNamespaces(os.Geteuid() == 0)[syscall.CLONE_NEWUSER]; err != nil {
+		return err.Error()
 	}
-	if err := sys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return "", err
+	return ""
+}
+
+// Privileges is what the calling process holds, read from /proc/self/status.
+type Privileges struct {
+	EUID, EGID int
+	// CapEff and CapBnd are the effective and bounding capability sets,
+	// as the hexadecimal masks /proc shows.
+	CapEff, CapBnd string
+	NoNewPrivs     bool
+}
+
+// CurrentPrivileges reads the calling process's ids and capability sets.
+func CurrentPrivileges() (Privileges, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return Privileges{}, err
 	}
-	return fmt.Sprintf("no_new_privs, uid %d gid %d, capabilities cap_sys_admin,cap_setuid,cap_setgid", uid, gid), nil
+	p := Privileges{EUID: os.Geteuid(), EGID: os.Getegid()}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "CapEff":
+			p.CapEff = v
+		case "CapBnd":
+			p.CapBnd = v
+		case "NoNewPrivs":
+			p.NoNewPrivs = v == "1"
+		}
+	}
+	return p, nil
+}
+
+// CapNames names the capabilities in a /proc mask ("" for none).
+func CapNames(mask string) string {
+	m, err := strconv.ParseUint(mask, 16, 64)
+	if err != nil {
+		return mask
+	}
+	var names []string
+	for c := 0; c < 64; c++ {
+		if m&(1<<c) != 0 {
+			if n, ok := capNames[c]; ok {
+				names = append(names, n)
+			} else {
+				names = append(names, "cap_"+strconv.Itoa(c))
+			}
+		}
+	}
+	if len(names) == 64 || m == 1<<(unix.CAP_LAST_CAP+1)-1 {
+		return "all"
+	}
+	return strings.Join(names, ",")
+}
+
+var capNames = map[int]string{
+	unix.CAP_CHOWN: "cap_chown", unix.CAP_DAC_OVERRIDE: "cap_dac_override", unix.CAP_KILL: "cap_kill",
+	unix.CAP_SETGID: "cap_setgid", unix.CAP_SETUID: "cap_setuid", unix.CAP_SETPCAP: "cap_setpcap",
+	unix.CAP_NET_BIND_SERVICE: "cap_net_bind_service", unix.CAP_NET_ADMIN: "cap_net_admin",
+	unix.CAP_SYS_CHROOT: "cap_sys_chroot", unix.CAP_SYS_PTRACE: "cap_sys_ptrace", unix.CAP_SYS_ADMIN: "cap_sys_admin",
 }

@@ -5,31 +5,46 @@ package sandbox
 import (
 	"fmt"
 	"os"
-	"os/user"
-	"strconv"
+	"runtime"
 	"syscall"
 )
 
-// DropSupervisor switches the supervisor to user after it bound its
-// listeners, when running as root.
-func DropSupervisor(name string) (string, error) {
-	if name == "" || os.Geteuid() != 0 {
+// SetNoNewPrivs does nothing: this system has no such flag.
+func SetNoNewPrivs() error { return nil }
+
+// DropSupervisor switches the supervisor to the account to after it bound
+// its listeners, when running as root.
+func DropSupervisor(to *Account) (string, error) {
+	if to == nil || os.Geteuid() != 0 {
 		return "", nil
 	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		return "", err
-	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err1 != nil || err2 != nil || uid == 0 {
-		return "", fmt.Errorf("sandbox: user %q is not an unprivileged account", name)
+	if to.UID == 0 || to.GID == 0 {
+		return "", fmt.Errorf("sandbox: supervisor account %s is privileged", to)
 	}
 	if err := syscall.Setgroups(nil); err != nil {
 		return "", err
 	}
-	if err := syscall.Setgid(gid); err != nil {
+	if err := syscall.Setgid(to.GID); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("uid %d gid %d", uid, gid), syscall.Setuid(uid)
+	return to.String(), syscall.Setuid(to.UID)
 }
+
+// UserNamespaceRefused reports that this system has no user namespaces.
+func UserNamespaceRefused() string { return "no user namespaces on " + runtime.GOOS }
+
+// Privileges is what the calling process holds.
+type Privileges struct {
+	EUID, EGID     int
+	CapEff, CapBnd string
+	NoNewPrivs     bool
+}
+
+// CurrentPrivileges returns the calling process's ids; this system has no
+// capability sets.
+func CurrentPrivileges() (Privileges, error) {
+	return Privileges{EUID: os.Geteuid(), EGID: os.Getegid()}, nil
+}
+
+// CapNames returns mask as it is.
+func CapNames(mask string) string { return mask }

@@ -33,6 +33,7 @@ func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
 	for _, l := range snap.Listeners {
 		st.Listeners = append(st.Listeners, l.String())
 	}
+	st.Privileges = a.s.privileges()
 	return st
 }
 

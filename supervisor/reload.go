@@ -44,7 +44,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
 	}
-	spec, err := newWorkerSpec(cfg, s.opts)
+	spec, err := s.newWorkerSpec(cfg)
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // spawnLayers reports the namespaces a worker is spawned into.
@@ -22,4 +23,20 @@ func spawnLayers(attr *syscall.SysProcAttr, missing []sandbox.Layer) []*proto.Sa
 		out = append(out, &proto.SandboxLayer{Name: l.Name, Detail: l.Detail})
 	}
 	return out
+}
+
+// sysAdminCap is what the spawner keeps where its account may not create
+// user namespaces.
+var sysAdminCap = []uintptr{unix.CAP_SYS_ADMIN}
+
+// separatesProcesses reports whether workers spawned with attr can neither
+// see nor signal the supervisor although they share its uid: their own user
+// and pid namespaces.
+func separatesProcesses(attr *syscall.SysProcAttr) bool {
+	return attr.Cloneflags&syscall.CLONE_NEWUSER != 0 && attr.Cloneflags&syscall.CLONE_NEWPID != 0
+}
+
+// attrWithCloneflags is the attributes a spawner reported, for the layers.
+func attrWithCloneflags(flags uint64) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Cloneflags: uintptr(flags)}
 }

@@ -18,3 +18,13 @@ func spawnLayers(_ *syscall.SysProcAttr, missing []sandbox.Layer) []*proto.Sandb
 	}
 	return out
 }
+
+// sysAdminCap is empty: this system has no capabilities.
+var sysAdminCap []uintptr
+
+// separatesProcesses reports true: outside Linux the worker's pledge (no
+// "proc") forbids signalling or tracing another process.
+func separatesProcesses(*syscall.SysProcAttr) bool { return true }
+
+// attrWithCloneflags is empty attributes: this system has no namespaces.
+func attrWithCloneflags(uint64) *syscall.SysProcAttr { return &syscall.SysProcAttr{} }

@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
+	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -48,6 +49,15 @@ type Options struct {
 	// serves (worker.Options.Handlers), against which Reload checks the
 	// file's embedded blocks, as the caller's config.LoadWith did at start.
 	Handlers []string
+	// SpawnerArgs run WorkerPath as the spawner (see package spawner) that
+	// a supervisor started as root leaves the workers' creation to.
+	// Default: ["spawner"].
+	SpawnerArgs []string
+	// KeepRoot leaves a supervisor started as root as root (no_new_privs
+	// only), spawning its workers itself: for tests that run it inside
+	// their own process, and embedding programs that drop privileges their
+	// own way. It is logged as a warning.
+	KeepRoot bool
 	// ConfigPath is the file Reload reads again; "" when the configuration
 	// is the built-in one, which cannot be reloaded.
 	ConfigPath string
@@ -64,6 +74,16 @@ type Supervisor struct {
 	opts  Options // immutable
 	log   hclog.Logger
 	start time.Time // immutable
+
+	// Set by New, immutable afterwards (see privileges.go): the spawner
+	// that starts workers (nil: the supervisor starts them itself), the
+	// workers' account ("" when not started as root), whether workers
+	// share the supervisor's uid (started unprivileged), and what the
+	// workers' separation rests on, for the status.
+	spawner       *spawner.Client
+	workerAccount string
+	sharedUID     bool
+	separation    string
 
 	reloadMu sync.Mutex // serialises Reload and ReopenAccessLog
 	// accessLog is the running configuration's log block, which
@@ -147,15 +167,12 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		return nil, err
 	}
 	// With the listeners bound, the supervisor keeps no privilege it does
-	// not need: no_new_privs always, and the configured user when root.
-	// The workers' sandbox is then arranged as that user.
-	kept, err := sandbox.DropSupervisor(cfg.User)
-	if err != nil {
+	// not need (docs/DESIGN.md §1).
+	if err := s.dropPrivileges(cfg); err != nil {
 		s.closeEarly()
 		return nil, fmt.Errorf("dropping privileges: %w", err)
 	}
-	opts.Logger.Info("supervisor privileges", "kept", kept)
-	if s.boot.spec, err = newWorkerSpec(cfg, opts); err != nil {
+	if s.boot.spec, err = s.newWorkerSpec(cfg); err != nil {
 		s.closeEarly()
 		return nil, err
 	}
@@ -170,6 +187,9 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 // log.
 func (s *Supervisor) closeEarly() {
 	s.closeListeners()
+	if s.spawner != nil {
+		s.spawner.Close()
+	}
 	if s.boot.accessFD >= 0 {
 		unix.Close(s.boot.accessFD)
 	}
@@ -227,6 +247,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if d.accessFD >= 0 {
 		unix.Close(d.accessFD)
 	}
+	if s.spawner != nil {
+		s.spawner.Close() // every worker has been reaped, or is killed now
+	}
 	return err
 }
 
@@ -268,18 +291,31 @@ type workerSpec struct {
 
 // newWorkerSpec derives the workers' spec from cfg. The namespaces are
 // probed here; in strict mode a missing one is an error (ErrSandbox).
-func newWorkerSpec(cfg *config.Config, opts Options) (*workerSpec, error) {
+func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
+	opts := s.opts
 	args := append([]string(nil), opts.WorkerArgs...)
 	if opts.WorkerArgs == nil {
 		args = []string{"worker"}
 	}
-	policy, err := sandboxPolicy(cfg)
+	policy, err := sandboxPolicy(cfg, s.workerAccount)
 	if err != nil {
 		return nil, err
 	}
-	attr, missing, err := sandbox.SpawnAttr(policy)
+	var attr *syscall.SysProcAttr
+	var missing []sandbox.Layer
+	if s.spawner != nil {
+		// The spawner creates the namespaces, as the workers' account.
+		var flags uint64
+		flags, missing, err = s.spawner.Check(append(args, policy.Args()...))
+		attr = attrWithCloneflags(flags)
+	} else {
+		attr, missing, err = sandbox.SpawnAttr(policy)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	if s.sharedUID && !separatesProcesses(attr) {
+		return nil, fmt.Errorf("%w: started unprivileged without user and pid namespaces: a worker would run as the supervisor's uid and could signal or trace it; start gatehouse as root (it drops to user and runs workers as worker_user)", ErrSandbox)
 	}
 	for _, l := range missing {
 		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
@@ -294,8 +330,9 @@ func (w *workerSpec) procAttr() *syscall.SysProcAttr {
 }
 
 // sandboxPolicy derives the workers' sandbox from the configuration: the
-// static roots are their only readable files.
-func sandboxPolicy(cfg *config.Config) (sandbox.Policy, error) {
+// static roots are their only readable files. worker is the workers'
+// account ("" where the supervisor is not root).
+func sandboxPolicy(cfg *config.Config, worker string) (sandbox.Policy, error) {
 	mode, err := sandbox.ParseMode(cfg.Sandbox.Mode)
 	if err != nil {
 		return sandbox.Policy{}, err
@@ -310,7 +347,7 @@ func sandboxPolicy(cfg *config.Config) (sandbox.Policy, error) {
 			roots = append(roots, r.Static.Root)
 		}
 	}
-	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: roots, User: cfg.User, Chroot: cfg.Sandbox.Chroot,
+	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: roots, User: worker, Chroot: cfg.Sandbox.Chroot,
 		AppendsFile: accessLogIsFile(cfg)}
 	return p, p.Validate()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/spawner"
 )
 
 // workerState is a worker slot's lifecycle:
@@ -90,7 +91,8 @@ type workerProc struct {
 	reclaiming map[string]bool
 }
 
-// process is a started worker process: an *os.Process, or a test's fake.
+// process is a started worker process: an *os.Process, a worker the
+// spawner started (spawnedProc), or a test's fake.
 type process interface {
 	Kill() error
 }
@@ -104,6 +106,15 @@ type spawnResult struct {
 	pid  int
 	err  error
 }
+
+// spawnedProc is a worker started by the spawner, which alone may signal it.
+type spawnedProc struct {
+	sp  *spawner.Client
+	pid int
+}
+
+// Kill asks the spawner to kill the worker.
+func (p spawnedProc) Kill() error { return p.sp.Kill(p.pid) }
 
 // exitResult reports a worker process's end.
 type exitResult struct {
@@ -132,6 +143,10 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 		ch.Close()
 		theirs.Close()
 		s.post(spawnResult{slot: slot, gen: gen, err: err})
+		return
+	}
+	if s.spawner != nil {
+		s.spawnVia(slot, gen, spec, ch, theirs, pr, pw)
 		return
 	}
 	cmd := &exec.Cmd{
@@ -175,6 +190,42 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 		}
 	} else if err != nil {
 		res.status = err.Error()
+	}
+	s.post(res)
+}
+
+// spawnVia has the spawner start the worker (the supervisor started as
+// root keeps no privilege to do it itself) and waits for its end.
+func (s *Supervisor) spawnVia(slot int, gen uint64, spec *workerSpec, ch *ipc.Conn, theirs, pr, pw *os.File) {
+	pid, exit, err := s.spawner.Spawn(spec.args, theirs, pw)
+	theirs.Close()
+	pw.Close()
+	if err != nil {
+		ch.Close()
+		pr.Close()
+		s.post(spawnResult{slot: slot, gen: gen, err: fmt.Errorf("starting worker: %w", err)})
+		return
+	}
+	out := newRelay(s.log, slot, pid, &s.logDropped)
+	relayed := make(chan struct{})
+	go func() {
+		out.run(pr)
+		pr.Close()
+		close(relayed)
+	}()
+	s.post(spawnResult{slot: slot, gen: gen, ch: ch, proc: spawnedProc{sp: s.spawner, pid: pid}, pid: pid})
+	e := <-exit
+	<-relayed
+	res := exitResult{slot: slot, gen: gen, status: "exited"}
+	switch {
+	case e.Err != nil:
+		res.status = e.Err.Error()
+	case e.Signal != 0:
+		res.signal = e.Signal
+		res.status = "killed by " + unixSignalName(e.Signal)
+	default:
+		res.code = e.Code
+		res.status = fmt.Sprintf("exited with status %d", res.code)
 	}
 	s.post(res)
 }

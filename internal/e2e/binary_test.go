@@ -65,10 +65,33 @@ func (p *proc) waitServing(t *testing.T, path string) {
 	}
 }
 
-// workerPIDs lists the gatehouse process's children.
+// workerPIDs lists the gatehouse process's workers: its children, or the
+// children of its spawner when started as root.
 func (p *proc) workerPIDs(t *testing.T) []int {
 	t.Helper()
-	pid := p.cmd.Process.Pid
+	var pids []int
+	for _, c := range childPIDs(p.cmd.Process.Pid) {
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c)); strings.Contains(string(cmdline), "\x00spawner") {
+			pids = append(pids, childPIDs(c)...)
+			continue
+		}
+		pids = append(pids, c)
+	}
+	return pids
+}
+
+// spawnerPID is the gatehouse process's spawner, or 0.
+func (p *proc) spawnerPID() int {
+	for _, c := range childPIDs(p.cmd.Process.Pid) {
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c)); strings.Contains(string(cmdline), "\x00spawner") {
+			return c
+		}
+	}
+	return 0
+}
+
+// childPIDs lists pid's children.
+func childPIDs(pid int) []int {
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	var pids []int
 	for _, f := range tasks {

@@ -77,7 +77,7 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	if len(workerArgs) == 0 {
 		workerArgs = []string{"worker"}
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerArgs: workerArgs, ConfigPath: path, Handlers: testHandlerNames()})
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, WorkerArgs: workerArgs, ConfigPath: path, Handlers: testHandlerNames(), KeepRoot: true})
 	if err != nil {
 		tb.Fatalf("supervisor.New: %v", err)
 	}

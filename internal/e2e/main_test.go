@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/worker"
 )
 
@@ -23,6 +24,8 @@ func TestMain(m *testing.M) {
 			os.Exit(worker.Run(os.Args[2:], worker.Options{Handlers: testHandlers()}))
 		case "hostile-worker":
 			os.Exit(hostileWorker(os.Args[2:]))
+		case spawner.Arg:
+			os.Exit(spawner.Main())
 		}
 	}
 	os.Exit(run(m))

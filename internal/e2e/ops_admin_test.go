@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -26,7 +27,21 @@ import (
 func startAdmin(t *testing.T, body string) (*proc, string, string) {
 	t.Helper()
 	dir := workerReadableTempDir(t)
-	sock := filepath.Join(dir, "admin.sock")
+	// In a directory of the account gatehouse drops to (as systemd's
+	// RuntimeDirectory= makes it), which can then remove its socket.
+	sock := filepath.Join(dir, "run", "admin.sock")
+	if err := os.Mkdir(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		sup, _, err := sandbox.SupervisorAccount("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Dir(sock), sup.UID, sup.GID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	writeOpsFile(t, dir, "127.0.0.1:0", "one\n", body+fmt.Sprintf("admin {\n  socket = %q\n}\n", sock))
 	p := startOps(t, dir, opsOptions{args: []string{"-config", "gatehouse.hcl"}})
 	p.waitServing(t, "/ok")

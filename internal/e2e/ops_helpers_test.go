@@ -32,6 +32,10 @@ type opsOptions struct {
 	noWait bool
 	// nofile, when positive, runs gatehouse under `ulimit -n nofile`.
 	nofile int
+	// bin runs this gatehouse binary instead of gatehouseBin; cred runs it
+	// as another account.
+	bin  string
+	cred *syscall.Credential
 }
 
 // startOps runs the gatehouse binary in dir and, unless noWait, waits for its
@@ -45,9 +49,16 @@ func startOps(t *testing.T, dir string, o opsOptions) *proc {
 	if o.nofile > 0 {
 		script = fmt.Sprintf("ulimit -n %d && %s", o.nofile, script)
 	}
-	cmd := exec.Command(gatehouseBin, o.args...)
+	bin := gatehouseBin
+	if o.bin != "" {
+		bin = o.bin
+	}
+	cmd := exec.Command(bin, o.args...)
 	if o.listenPID || o.nofile > 0 {
-		cmd = exec.Command("/bin/sh", append([]string{"-c", script, gatehouseBin}, o.args...)...)
+		cmd = exec.Command("/bin/sh", append([]string{"-c", script, bin}, o.args...)...)
+	}
+	if o.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.cred}
 	}
 	cmd.Dir = dir
 	for _, kv := range os.Environ() {

@@ -90,6 +90,27 @@ type Status struct {
 	// WorkerDeaths counts worker deaths since start by reason: seccomp,
 	// signal, exit, protocol, ping (only reasons seen are listed).
 	WorkerDeaths map[string]uint64 `json:"worker_deaths"`
+	// Privileges is what the supervisor process holds, read from
+	// /proc/self/status when the reply is built.
+	Privileges Privileges `json:"privileges"`
+}
+
+// Privileges are the supervisor's ids and capabilities, and what keeps its
+// workers apart from it.
+type Privileges struct {
+	EUID int `json:"euid"`
+	EGID int `json:"egid"`
+	// CapEff and CapBnd are the effective and bounding sets as /proc shows
+	// them (hexadecimal masks); Capabilities names the effective ones.
+	CapEff       string `json:"cap_eff"`
+	CapBnd       string `json:"cap_bnd"`
+	Capabilities string `json:"capabilities"`
+	NoNewPrivs   bool   `json:"no_new_privs"`
+	// SpawnerPID is the process that starts workers (0: the supervisor).
+	SpawnerPID int `json:"spawner_pid"`
+	// Separation says what keeps workers from signalling or tracing the
+	// supervisor: distinct accounts, or namespaces only.
+	Separation string `json:"separation"`
 }
 
 // Worker is one worker slot.

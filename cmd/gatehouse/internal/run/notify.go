@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -23,6 +24,10 @@ const statusInterval = 5 * time.Second
 type notifier struct {
 	log hclog.Logger
 	on  bool // NOTIFY_SOCKET is set
+	// conn is connected to NOTIFY_SOCKET at start, while the process may
+	// still reach it: once the supervisor drops to its account it may not
+	// be allowed to search the socket's directory or write the socket.
+	conn *net.UnixConn
 	// watchdog is WATCHDOG_USEC when the service manager watches this
 	// process (WATCHDOG_PID unset or ours), else 0.
 	watchdog time.Duration
@@ -35,6 +40,17 @@ type notifier struct {
 // watchdog variables are unset.
 func newNotifier(log hclog.Logger) *notifier {
 	n := &notifier{log: log, on: os.Getenv("NOTIFY_SOCKET") != ""}
+	if n.on {
+		addr := os.Getenv("NOTIFY_SOCKET")
+		if strings.HasPrefix(addr, "@") {
+			addr = "\x00" + addr[1:] // abstract namespace
+		}
+		c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+		if err != nil {
+			log.Warn("connecting to the service manager's notify socket", "error", err)
+		}
+		n.conn = c
+	}
 	iv, err := daemon.SdWatchdogEnabled(true)
 	if err != nil {
 		log.Warn("ignoring the service manager's watchdog settings", "error", err)
@@ -56,7 +72,10 @@ func (n *notifier) send(state string) {
 }
 
 func (n *notifier) sendLocked(state string) {
-	if _, err := daemon.SdNotify(false, state); err != nil {
+	if n.conn == nil {
+		return
+	}
+	if _, err := n.conn.Write([]byte(state)); err != nil {
 		n.log.Warn("notifying the service manager", "error", err)
 	}
 }

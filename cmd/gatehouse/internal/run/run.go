@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/worker"
 	"github.com/hashicorp/go-hclog"
@@ -39,6 +40,9 @@ const (
 func Main(args []string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "worker" {
 		return worker.Main(args[1:])
+	}
+	if len(args) > 0 && args[0] == spawner.Arg {
+		return spawner.Main()
 	}
 	fs := flag.NewFlagSet("gatehouse", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -230,6 +230,16 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %d before a first request\n",
 		s.Pool, s.Share, s.AtWorkers, s.Waiting, s.Queued)
 	fmt.Fprintf(tw, "worker deaths\t%s\n", deathSummary(s.WorkerDeaths))
+	p := s.Privileges
+	caps := p.Capabilities
+	if caps == "" {
+		caps = "none"
+	}
+	fmt.Fprintf(tw, "privileges\teuid %d egid %d, capabilities %s (effective %s, bounding %s), no_new_privs %t\n",
+		p.EUID, p.EGID, safe(caps), safe(p.CapEff), safe(p.CapBnd), p.NoNewPrivs)
+	if p.Separation != "" {
+		fmt.Fprintf(tw, "workers\t%s\n", safe(p.Separation))
+	}
 	mode := "normal"
 	if s.Stress {
 		mode = "stress"

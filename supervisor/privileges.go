@@ -1,0 +1,110 @@
+package supervisor
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/sandbox"
+	"github.com/gatehouse-dev/gatehouse/spawner"
+	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+)
+
+// dropPrivileges leaves the supervisor with what it needs once its
+// listeners are bound (docs/DESIGN.md §1):
+//
+//   - started as root: it starts a spawner as the workers' account
+//     (worker_user), keeping CAP_SYS_ADMIN for it only where the spawner's
+//     probe shows that account may not create user namespaces, then drops to
+//     its own account (user, else "gatehouse", else nobody, loudly) with no
+//     capability at all. Workers never share its uid.
+//   - started unprivileged: no_new_privs; the workers share its uid, so
+//     their user and pid namespaces are required (newWorkerSpec).
+//   - Options.KeepRoot: stays root with no_new_privs and spawns the workers
+//     itself as worker_user, with a warning.
+func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
+	log := s.log
+	if os.Geteuid() != 0 {
+		s.sharedUID = true
+		s.separation = "workers share the supervisor's uid (started unprivileged); user and pid namespaces separate them"
+		log.Warn("started unprivileged: workers run as the supervisor's uid, separated by user and pid namespaces only; start as root to give them an account of their own")
+		kept, err := sandbox.DropSupervisor(nil)
+		log.Info("supervisor privileges", "kept", kept)
+		return err
+	}
+	sup, fallback, err := sandbox.SupervisorAccount(cfg.User)
+	if err != nil {
+		return err
+	}
+	worker, err := sandbox.WorkerAccount(cfg.WorkerUser, cfg.User)
+	if err != nil {
+		return err
+	}
+	s.workerAccount = worker.Name
+	if s.opts.KeepRoot {
+		s.separation = fmt.Sprintf("workers run as %s; the supervisor stays root (KeepRoot)", worker)
+		log.Warn("supervisor stays root: Options.KeepRoot is set", "workers", worker.String())
+		kept, err := sandbox.DropSupervisor(nil)
+		log.Info("supervisor privileges", "kept", kept)
+		return err
+	}
+	if fallback {
+		log.Warn("no `user` set and no \"gatehouse\" account: the supervisor runs as nobody; create a gatehouse account or set user", "account", sup.String())
+	}
+	if s.spawner, err = s.startSpawner(worker); err != nil {
+		return err
+	}
+	kept, err := sandbox.DropSupervisor(&sup)
+	if err != nil {
+		s.spawner.Close()
+		return err
+	}
+	s.separation = fmt.Sprintf("workers run as %s, the supervisor as %s", worker, sup)
+	log.Info("supervisor privileges", "kept", kept, "workers", worker.String())
+	return nil
+}
+
+// startSpawner starts the spawner as the workers' account. Where that
+// account may not create user namespaces, it starts it again keeping
+// CAP_SYS_ADMIN, the one capability that lets it.
+func (s *Supervisor) startSpawner(worker sandbox.Account) (*spawner.Client, error) {
+	args := s.opts.SpawnerArgs
+	if args == nil {
+		args = []string{spawner.Arg}
+	}
+	opts := spawner.Options{
+		Path:       s.opts.WorkerPath,
+		Args:       args,
+		Credential: &syscall.Credential{Uid: uint32(worker.UID), Gid: uint32(worker.GID), Groups: []uint32{}},
+		Stderr:     os.Stderr,
+	}
+	sp, refused, err := spawner.Start(opts)
+	if err != nil {
+		return nil, err
+	}
+	if refused == "" {
+		s.log.Info("spawner started", "pid", sp.PID(), "account", worker.String(), "capabilities", "none")
+		return sp, nil
+	}
+	sp.Close()
+	opts.AmbientCaps = sysAdminCap
+	if sp, _, err = spawner.Start(opts); err != nil {
+		return nil, err
+	}
+	s.log.Warn("spawner keeps cap_sys_admin: the kernel refuses user namespaces to its account", "pid", sp.PID(), "account", worker.String(), "probe", refused)
+	return sp, nil
+}
+
+// privileges reports what the supervisor holds now, for the status.
+func (s *Supervisor) privileges() adminapi.Privileges {
+	p := adminapi.Privileges{Separation: s.separation}
+	if cur, err := sandbox.CurrentPrivileges(); err == nil {
+		p.EUID, p.EGID, p.CapEff, p.CapBnd, p.NoNewPrivs = cur.EUID, cur.EGID, cur.CapEff, cur.CapBnd, cur.NoNewPrivs
+		p.Capabilities = sandbox.CapNames(cur.CapEff)
+	}
+	if s.spawner != nil {
+		p.SpawnerPID = s.spawner.PID()
+	}
+	return p
+}
