@@ -35,13 +35,20 @@ func TestStartupRefusesUnstartableConfigs(t *testing.T) {
 			if err := os.MkdirAll(filepath.Join(dir, "private", "www"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Chmod(filepath.Join(dir, "private"), 0o700); err != nil {
+			// Started as root, the workers run as nobody, whom mode 0700
+			// keeps out; otherwise as gatehouse's own account, which only
+			// mode 0 keeps out.
+			mode := os.FileMode(0o700)
+			if os.Geteuid() != 0 {
+				mode = 0
+			}
+			if err := os.Chmod(filepath.Join(dir, "private"), mode); err != nil {
 				t.Fatal(err)
 			}
-			// Line 4: root.
+			t.Cleanup(func() { os.Chmod(filepath.Join(dir, "private"), 0o755) })
 			return listener + "route \"/\" {\n  static {\n    root = \"private/www\"\n  }\n}\n", []string{
 				"gatehouse.hcl:6,", `static.root "` + filepath.Join(dir, "private", "www") + `"`,
-				fmt.Sprintf("directory %q has mode 0700", filepath.Join(dir, "private")), "workers' account",
+				fmt.Sprintf("directory %q has mode %04o", filepath.Join(dir, "private"), mode), "workers' account",
 			}
 		}, nil},
 		{"embedded-nothing", func(t *testing.T, dir string) (string, []string) {
