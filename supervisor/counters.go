@@ -270,13 +270,6 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		s.Clients[i].Penalty, s.Clients[i].Deaths = p.Remaining, p.Deaths
 	}
 	s.Counters["client_penalties"] = d.penalties.penalties
-	sort.Slice(s.Clients, func(i, j int) bool {
-		a, b := s.Clients[i], s.Clients[j]
-		if a.Out != b.Out {
-			return a.Out > b.Out
-		}
-		return a.Conns > b.Conns
-	})
 	for _, w := range d.workers {
 		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {

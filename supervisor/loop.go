@@ -171,6 +171,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		}
 	case snapshotReq:
 		m.reply <- d.snapshot(now)
+	case statsRendered:
+		d.statsDone(m)
 	}
 }
 

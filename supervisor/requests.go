@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -54,16 +53,7 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 	case *proto.Frame_BodyDone:
 		d.bodyDone(w, f.GetId(), b.BodyDone, now)
 	case *proto.Frame_StatsRequest:
-		w.slots.Release()
-		var buf bytes.Buffer
-		if err := d.snapshot(now).WritePrometheus(&buf); err != nil {
-			d.log.Error("rendering metrics", "error", err)
-		}
-		text := buf.Bytes()
-		if len(text) > statsMax {
-			text = text[:statsMax]
-		}
-		d.send(w, &proto.Frame{Id: f.GetId(), Body: &proto.Frame_StatsReply{StatsReply: &proto.StatsReply{Text: text}}}, -1)
+		d.serveStats(w, f.GetId(), now)
 	}
 	return true
 }
@@ -89,9 +79,6 @@ func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
 	}
 	return ""
 }
-
-// statsMax keeps a StatsReply under the frame cap.
-const statsMax = 60 << 10
 
 // rateCheck charges a request to a rate limit class. The client charged is
 // the one recorded for the connection, never an address the worker names;

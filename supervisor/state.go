@@ -28,6 +28,8 @@ type dispatcher struct {
 	timers
 	workerSet
 	broker
+
+	stats statsCache
 	headWatch
 	bodyBudget
 

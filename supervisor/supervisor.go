@@ -273,6 +273,7 @@ func (s *Supervisor) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 	select {
 	case snap := <-reply:
+		snap.sortClients()
 		return snap, nil
 	case <-ctx.Done():
 		return Snapshot{}, ctx.Err()

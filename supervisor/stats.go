@@ -1,0 +1,122 @@
+package supervisor
+
+import (
+	"bytes"
+	"sort"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/proto"
+)
+
+// Stats for workers (StatsRequest, which a worker sends for a client in the
+// metrics allow-list): the Prometheus text is rendered off the loop and
+// served from a cache at most statsMaxAge old, so however often workers ask,
+// the loop copies its state at most once per statsMaxAge and never renders.
+
+const (
+	// statsMaxAge is how old a cached rendering may be when served.
+	statsMaxAge = time.Second
+	// statsMax keeps a StatsReply under the frame cap.
+	statsMax = 60 << 10
+)
+
+// statsTruncated ends a rendering cut to fit a frame.
+const statsTruncated = "# gatehouse: metrics cut to fit one frame; gatehousectl metrics shows them all\n"
+
+// statsCache is the loop's part for stats: the last rendering, and the
+// requests waiting for the next one. Each waiting request holds its
+// in-flight slot until it is answered.
+type statsCache struct {
+	text      []byte    // the last rendering, cut to fit a frame; nil before the first
+	at        time.Time // the loop's clock when its snapshot was taken
+	rendering bool      // a rendering is under way
+	waiting   []statsWaiter
+}
+
+// statsWaiter is a StatsRequest waiting for a rendering.
+type statsWaiter struct {
+	slot int
+	gen  uint64
+	id   uint64
+}
+
+// statsRendered carries a rendering back to the loop.
+type statsRendered struct {
+	text []byte
+	at   time.Time
+}
+
+// serveStats answers a StatsRequest that holds a slot: from the cache when it is
+// fresh, else once the rendering it starts (or one under way) is done.
+func (d *dispatcher) serveStats(w *workerProc, id uint64, now time.Time) {
+	if d.stats.text != nil && now.Sub(d.stats.at) <= statsMaxAge {
+		w.slots.Release()
+		d.sendStats(w, id)
+		return
+	}
+	d.stats.waiting = append(d.stats.waiting, statsWaiter{slot: w.slot, gen: w.gen, id: id})
+	if !d.stats.rendering {
+		d.stats.rendering = true
+		go d.s.renderStats(d.snapshot(now))
+	}
+}
+
+// statsDone takes a rendering and answers the requests waiting for it, each
+// slot released before its reply is written.
+func (d *dispatcher) statsDone(m statsRendered) {
+	d.stats.text, d.stats.at, d.stats.rendering = m.text, m.at, false
+	for _, sw := range d.stats.waiting {
+		// A worker gone meanwhile took its slots with it.
+		if w := d.workerFor(sw.slot, sw.gen); w != nil && w.ch != nil {
+			w.slots.Release()
+			d.sendStats(w, sw.id)
+		}
+	}
+	d.stats.waiting = nil
+}
+
+func (d *dispatcher) sendStats(w *workerProc, id uint64) {
+	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_StatsReply{StatsReply: &proto.StatsReply{Text: d.stats.text}}}, -1)
+}
+
+// renderStats renders snap on its own goroutine and posts the text to the
+// loop.
+func (s *Supervisor) renderStats(snap Snapshot) {
+	snap.sortClients()
+	var buf bytes.Buffer
+	if err := snap.WritePrometheus(&buf); err != nil {
+		s.log.Error("rendering metrics", "error", err)
+		buf.Reset()
+		buf.WriteString("# gatehouse: rendering metrics failed; see the supervisor's log\n")
+	}
+	s.post(statsRendered{text: cutMetrics(buf.Bytes(), statsMax), at: snap.Time})
+}
+
+// cutMetrics fits a Prometheus text rendering into max bytes: whole metric
+// families only (each starts with its # HELP line), then a comment saying
+// the rest was cut. A rendering that fits is returned as is.
+func cutMetrics(text []byte, max int) []byte {
+	if len(text) <= max {
+		return text
+	}
+	room := text[:max-len(statsTruncated)]
+	end := bytes.LastIndex(room, []byte("\n# HELP "))
+	if end < 0 {
+		// One family larger than the room: whole lines of it.
+		end = bytes.LastIndexByte(room, '\n')
+	}
+	out := append([]byte(nil), text[:end+1]...)
+	return append(out, statsTruncated...)
+}
+
+// sortClients orders the clients by pool slots held, then connections. It
+// runs off the loop, on the Snapshot's copy.
+func (s *Snapshot) sortClients() {
+	sort.Slice(s.Clients, func(i, j int) bool {
+		a, b := s.Clients[i], s.Clients[j]
+		if a.Out != b.Out {
+			return a.Out > b.Out
+		}
+		return a.Conns > b.Conns
+	})
+}
