@@ -8,9 +8,10 @@ PKGS    := ./...
 FUZZTIME ?= 30s
 
 # The race detector needs cgo, under which the privilege drop and the
-# sandbox cannot work: it runs over every package whose tests need neither
+# sandbox (and the spawner, which sets no_new_privs) cannot work: it runs
+# over every package whose tests need neither
 # (the supervisor's loop over fake workers, ipc, worker, config, ...).
-RACE_PKGS = $(shell $(GO) list ./... | grep -v -e /internal/e2e -e /sandbox)
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -e /internal/e2e -e /sandbox -e /spawner)
 
 .PHONY: all build run test race vet fuzz bench generate clean
 

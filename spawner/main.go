@@ -19,7 +19,10 @@ const workerPath = "/proc/self/exe"
 // Main runs the spawner on fd 3 until the supervisor closes it, then kills
 // every worker it started. It returns the exit status.
 func Main() int {
-	sandbox.SetNoNewPrivs()
+	if err := sandbox.SetNoNewPrivs(); err != nil {
+		fmt.Fprintln(os.Stderr, "spawner: setting no_new_privs:", err)
+		return 1
+	}
 	srv := &server{fd: channelFD, children: map[int]bool{}}
 	if err := send(srv.fd, message{Op: "hello", UserNS: sandbox.UserNamespaceRefused()}); err != nil {
 		fmt.Fprintln(os.Stderr, "spawner:", err)

@@ -1,0 +1,144 @@
+package spawner
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMain runs the spawner, or the program it spawns, when re-executed.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case Arg:
+			os.Exit(Main())
+		case "sleeper":
+			// A stand-in worker: reports on its output pipe, then waits
+			// for its channel (fd 3) to close.
+			os.Stdout.WriteString("sleeper started\n")
+			b := make([]byte, 1)
+			unix.Read(3, b)
+			os.Exit(0)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func startClient(t *testing.T) *Client {
+	t.Helper()
+	c, refused, err := Start(Options{Path: "/proc/self/exe", Args: []string{Arg}, Stderr: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	t.Logf("spawner pid %d, user namespaces refused: %q", c.PID(), refused)
+	return c
+}
+
+// spawnSleeper starts a stand-in worker in best-effort mode, returning its
+// pid, its exit channel and the supervisor's end of its channel.
+func spawnSleeper(t *testing.T, c *Client) (int, <-chan Exit, *os.File) {
+	t.Helper()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
+	t.Cleanup(func() { ours.Close() })
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, exit, err := c.Spawn([]string{"sleeper", "-sandbox.mode=best-effort"}, theirs, pw)
+	theirs.Close()
+	pw.Close()
+	if err != nil {
+		t.Fatalf("Spawn: %v", err)
+	}
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	pr.Close()
+	if line != "sleeper started\n" {
+		t.Fatalf("worker output %q, %v", line, err)
+	}
+	return pid, exit, ours
+}
+
+func waitExit(t *testing.T, exit <-chan Exit) Exit {
+	t.Helper()
+	select {
+	case e := <-exit:
+		return e
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit reported within 20s")
+	}
+	return Exit{}
+}
+
+// The spawner starts a worker, reports its end, kills it on request and
+// kills nothing it did not start.
+func TestSpawnAndKill(t *testing.T) {
+	c := startClient(t)
+	pid, exit, ch := spawnSleeper(t, c)
+	// A kill for a pid it did not start (here: its own parent, the test)
+	// is ignored.
+	if err := c.Kill(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Kill(pid); err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, exit); e.Err != nil || e.Signal != syscall.SIGKILL {
+		t.Errorf("exit = %+v, want SIGKILL", e)
+	}
+	ch.Close()
+	// A worker that ends by itself is reported with its status.
+	_, exit, ch = spawnSleeper(t, c)
+	ch.Close()
+	if e := waitExit(t, exit); e.Err != nil || e.Signal != 0 || e.Code != 0 {
+		t.Errorf("exit = %+v, want status 0", e)
+	}
+}
+
+// When the supervisor's end closes, the spawner kills every worker it
+// started and exits; pending waits learn that it is gone.
+func TestCloseKillsWorkers(t *testing.T) {
+	c := startClient(t)
+	pid, exit, _ := spawnSleeper(t, c)
+	c.Close()
+	e := waitExit(t, exit)
+	if e.Err == nil && e.Signal != syscall.SIGKILL {
+		t.Errorf("exit = %+v, want SIGKILL or the spawner gone", e)
+	}
+	for i := 0; i < 400; i++ {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("worker %d outlived its spawner", pid)
+}
+
+// A request the spawner does not know ends it: the supervisor is then
+// broken or compromised, and its workers die with the spawner.
+func TestUnknownRequestEndsSpawner(t *testing.T) {
+	c := startClient(t)
+	_, exit, _ := spawnSleeper(t, c)
+	c.sendMu.Lock()
+	err := send(c.fd, message{Op: "exec", Args: []string{"/bin/sh"}})
+	c.sendMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, exit); e.Err == nil && e.Signal != syscall.SIGKILL {
+		t.Errorf("exit = %+v, want the worker killed with the spawner", e)
+	}
+	if _, _, err := c.Spawn([]string{"sleeper"}, os.Stdin, os.Stdout); err == nil {
+		t.Errorf("Spawn after an unknown request succeeded")
+	}
+}
