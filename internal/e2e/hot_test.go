@@ -196,3 +196,36 @@ admin {
 		t.Fatalf("only %d checks in %v found every connection parked", checks, idle)
 	}
 }
+
+// A hot wait that finds only part of the next head hands the connection
+// back at once with those bytes carried: the dispatcher holds the partial
+// head, and dispatches the connection again once the head is complete. The
+// worker never waits for the rest of a head, even inside its hot window.
+func TestHotPartialHeadGoesBack(t *testing.T) {
+	h := start(t, `
+workers {
+  count       = 1
+  concurrency = 2
+  hot_window  = "10s"
+}
+log {
+  access_log = false
+}
+`)
+	a := newClient(t, "127.0.0.2", h.addr)
+	if resp, _, err := a.get("/ok"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v", err)
+	}
+	fmt.Fprintf(a.c, "GET /ok HTTP/1.1\r\nHost: x\r\n")
+	h.waitFor("the partial head held by the dispatcher", 10*time.Second, func(s supervisor.Snapshot) bool {
+		return s.AtWorkers == 0 && s.Counters["handback_partial_head"] == 1
+	})
+	fmt.Fprintf(a.c, "\r\n")
+	resp, _, err := readResponse(a.br, "GET")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the completed request: %v", err)
+	}
+	if d := counter(t, h.snapshot(), "dispatches"); d != 2 {
+		t.Errorf("%d dispatches, want 2: the completed head went through the dispatcher", d)
+	}
+}
