@@ -66,6 +66,11 @@ func (b *body) Read(p []byte) (int, error) {
 		return 0, b.err
 	}
 	switch {
+	case err == io.EOF && b.length >= 0 && b.n < b.length:
+		// The connection ended before Content-Length bytes: a truncated
+		// body, never a complete one.
+		err = io.ErrUnexpectedEOF
+		b.err = err
 	case err == io.EOF:
 		b.complete = true
 	case err != nil:

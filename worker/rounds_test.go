@@ -361,3 +361,21 @@ func TestRoundLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundTruncatedBody checks that a body cut short by the end of the
+// connection is never taken for a complete one: the handler does not run
+// (it would pass a short body on as if whole) and the round ends in 400.
+func TestRoundTruncatedBody(t *testing.T) {
+	h := startWorker(t)
+	cl := h.connect()
+	cl.write(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+	cl.c.(*net.TCPConn).CloseWrite()
+	waitReadable(t, cl.fd)
+	done := h.dispatch(cl, nil)
+	if r := cl.response(t); r.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d for a truncated body, want 400", r.StatusCode)
+	}
+	if done.GetDisposition() == proto.Disposition_KEEP_ALIVE {
+		t.Errorf("disposition %v after a truncated body, want the connection closed", done.GetDisposition())
+	}
+}
