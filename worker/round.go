@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
-	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
 	"net"
@@ -15,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -462,26 +458,6 @@ func (cs *connServer) localPort() string {
 	return cs.port
 }
 
-// authorizedUpload reports whether r may send a body up to rt.maxUpload: its
-// bearer token hashes to one of the route's, compared in constant time, or
-// the embedding program's check accepts it.
-func (w *Worker) authorizedUpload(rt *route, r *http.Request) bool {
-	if w.opts.AuthorizeUpload != nil && w.opts.AuthorizeUpload(r) {
-		return true
-	}
-	auth := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
-		return false
-	}
-	sum := sha256.Sum256([]byte(auth[len(prefix):]))
-	ok := 0
-	for _, t := range rt.tokens {
-		ok |= subtle.ConstantTimeCompare(sum[:], t[:])
-	}
-	return ok == 1
-}
-
 // headError answers a head that could not be read, or closes quietly.
 func (cs *connServer) headError(err error) proto.Disposition {
 	var he *httphead.Error
@@ -501,138 +477,4 @@ func (cs *connServer) headError(err error) proto.Disposition {
 	}
 	cs.outcome = proto.Outcome_PEER_RESET
 	return proto.Disposition_CLOSE
-}
-
-// deadlineReader feeds the current phase's deadline into every read, so each
-// cap bounds the wait that enforces it.
-type deadlineReader struct {
-	nc    clientConn
-	limit func(now time.Time) time.Time
-}
-
-// head starts the head phase: 30 s from the first byte, with an inter-byte gap.
-func (r *deadlineReader) head(start time.Time) {
-	end := start.Add(headDeadline)
-	r.limit = func(now time.Time) time.Time { return earliest(end, now.Add(headGap)) }
-}
-
-func (r *deadlineReader) Read(p []byte) (int, error) {
-	if r.limit != nil {
-		r.nc.SetReadDeadline(r.limit(time.Now()))
-	}
-	return r.nc.Read(p)
-}
-
-func earliest(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// deadlineWriter gives every write to the peer write_timeout to complete, so a
-// client that stops reading cannot hold a worker.
-type deadlineWriter struct {
-	nc      clientConn
-	timeout time.Duration
-}
-
-func (w *deadlineWriter) Write(p []byte) (int, error) {
-	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
-	return w.nc.Write(p)
-}
-
-// maxRawHead bounds what headRecorder keeps: a whole head at its caps.
-const maxRawHead = httphead.DefaultMaxStartLine + httphead.DefaultMaxHeaderBytes + 2
-
-// headRecorder passes input through and, while on, keeps a copy of the head
-// being read, so that a head which never parses can still be answered with
-// the CORS headers its Origin asks for.
-type headRecorder struct {
-	r   io.Reader
-	on  bool
-	buf []byte
-}
-
-// start records from the input already buffered in br onwards.
-func (h *headRecorder) start(br *bufio.Reader) {
-	b, _ := br.Peek(br.Buffered())
-	h.buf = append(h.buf[:0], b[:min(len(b), maxRawHead)]...)
-	h.on = true
-}
-
-func (h *headRecorder) stop() {
-	h.on = false
-	h.buf = h.buf[:0]
-}
-
-func (h *headRecorder) Read(p []byte) (int, error) {
-	n, err := h.r.Read(p)
-	if h.on && len(h.buf) < maxRawHead {
-		h.buf = append(h.buf, p[:min(n, maxRawHead-len(h.buf))]...)
-	}
-	return n, err
-}
-
-// record notes one response for the supervisor's metrics and the access log.
-// head is nil when the request never parsed.
-func (cs *connServer) record(start time.Time, head *httphead.Head, status int, bytes int64) {
-	end := time.Now()
-	d := end.Sub(start)
-	cs.responses = append(cs.responses, &proto.Response{Status: uint32(status), Micros: uint64(d.Microseconds())})
-	if cs.w.access != nil {
-		e := entryFor(head)
-		e.end, e.dur, e.status, e.bytes = end, d, status, bytes
-		e.client, e.workerID = cs.w.maskClient(cs.d.GetClientKey()), cs.w.id
-		cs.w.access.add(&e)
-	}
-}
-
-// runHandler runs the route's handler, recovering a panic: the worker serves
-// other connections and must outlive one handler. It reports false when the
-// response cannot be completed (the connection is then closed).
-func (cs *connServer) runHandler(rt *route, rw *response, req *http.Request) (ok bool) {
-	defer func() {
-		if p := recover(); p != nil {
-			ok = false
-			if p == http.ErrAbortHandler {
-				return // the handler chose to abort the response
-			}
-			cs.w.log.Error("handler panicked", "path", req.URL.Path, "panic", fmt.Sprint(p))
-			cs.outcome = proto.Outcome_PEER_RESET
-			if !rw.headerSent {
-				cs.writeError(http.StatusInternalServerError, "handler panicked", nil, nil)
-			}
-		}
-	}()
-	serve(rt, rw, req)
-	return true
-}
-
-// allowed charges the request to its rate limit class at the supervisor
-// and answers 429 (with Retry-After, the connection kept) when the client is
-// over it, or 503 when the supervisor is overloaded. It reports whether the
-// request may go on.
-func (cs *connServer) allowed(ctx context.Context, rw *response, req *http.Request) bool {
-	rl := cs.w.cfg.RateClass(req.URL.Path)
-	if rl == nil {
-		return true
-	}
-	m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: rl.Name}
-	if cs.w.trustedPeer(cs.d.GetPeer()) {
-		m.ForwardedFor = req.Header.Values("X-Forwarded-For")
-	}
-	r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
-	switch {
-	case err != nil:
-		rw.Header().Set("Retry-After", "1")
-		http.Error(rw, "503 service unavailable: try again shortly", http.StatusServiceUnavailable)
-		return false
-	case r.f.GetRateReply().GetAllowed():
-		return true
-	}
-	secs := (r.f.GetRateReply().GetRetryAfterMs() + 999) / 1000
-	rw.Header().Set("Retry-After", strconv.FormatUint(max(secs, 1), 10))
-	http.Error(rw, "429 too many requests", http.StatusTooManyRequests)
-	return false
 }

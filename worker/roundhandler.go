@@ -1,0 +1,98 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+)
+
+// authorizedUpload reports whether r may send a body up to rt.maxUpload: its
+// bearer token hashes to one of the route's, compared in constant time, or
+// the embedding program's check accepts it.
+func (w *Worker) authorizedUpload(rt *route, r *http.Request) bool {
+	if w.opts.AuthorizeUpload != nil && w.opts.AuthorizeUpload(r) {
+		return true
+	}
+	auth := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(auth) <= len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		return false
+	}
+	sum := sha256.Sum256([]byte(auth[len(prefix):]))
+	ok := 0
+	for _, t := range rt.tokens {
+		ok |= subtle.ConstantTimeCompare(sum[:], t[:])
+	}
+	return ok == 1
+}
+
+// record notes one response for the supervisor's metrics and the access log.
+// head is nil when the request never parsed.
+func (cs *connServer) record(start time.Time, head *httphead.Head, status int, bytes int64) {
+	end := time.Now()
+	d := end.Sub(start)
+	cs.responses = append(cs.responses, &proto.Response{Status: uint32(status), Micros: uint64(d.Microseconds())})
+	if cs.w.access != nil {
+		e := entryFor(head)
+		e.end, e.dur, e.status, e.bytes = end, d, status, bytes
+		e.client, e.workerID = cs.w.maskClient(cs.d.GetClientKey()), cs.w.id
+		cs.w.access.add(&e)
+	}
+}
+
+// runHandler runs the route's handler, recovering a panic: the worker serves
+// other connections and must outlive one handler. It reports false when the
+// response cannot be completed (the connection is then closed).
+func (cs *connServer) runHandler(rt *route, rw *response, req *http.Request) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			ok = false
+			if p == http.ErrAbortHandler {
+				return // the handler chose to abort the response
+			}
+			cs.w.log.Error("handler panicked", "path", req.URL.Path, "panic", fmt.Sprint(p))
+			cs.outcome = proto.Outcome_PEER_RESET
+			if !rw.headerSent {
+				cs.writeError(http.StatusInternalServerError, "handler panicked", nil, nil)
+			}
+		}
+	}()
+	serve(rt, rw, req)
+	return true
+}
+
+// allowed charges the request to its rate limit class at the supervisor
+// and answers 429 (with Retry-After, the connection kept) when the client is
+// over it, or 503 when the supervisor is overloaded. It reports whether the
+// request may go on.
+func (cs *connServer) allowed(ctx context.Context, rw *response, req *http.Request) bool {
+	rl := cs.w.cfg.RateClass(req.URL.Path)
+	if rl == nil {
+		return true
+	}
+	m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: rl.Name}
+	if cs.w.trustedPeer(cs.d.GetPeer()) {
+		m.ForwardedFor = req.Header.Values("X-Forwarded-For")
+	}
+	r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
+	switch {
+	case err != nil:
+		rw.Header().Set("Retry-After", "1")
+		http.Error(rw, "503 service unavailable: try again shortly", http.StatusServiceUnavailable)
+		return false
+	case r.f.GetRateReply().GetAllowed():
+		return true
+	}
+	secs := (r.f.GetRateReply().GetRetryAfterMs() + 999) / 1000
+	rw.Header().Set("Retry-After", strconv.FormatUint(max(secs, 1), 10))
+	http.Error(rw, "429 too many requests", http.StatusTooManyRequests)
+	return false
+}

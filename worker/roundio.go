@@ -1,0 +1,80 @@
+package worker
+
+import (
+	"bufio"
+	"io"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+)
+
+// deadlineReader feeds the current phase's deadline into every read, so each
+// cap bounds the wait that enforces it.
+type deadlineReader struct {
+	nc    clientConn
+	limit func(now time.Time) time.Time
+}
+
+// head starts the head phase: 30 s from the first byte, with an inter-byte gap.
+func (r *deadlineReader) head(start time.Time) {
+	end := start.Add(headDeadline)
+	r.limit = func(now time.Time) time.Time { return earliest(end, now.Add(headGap)) }
+}
+
+func (r *deadlineReader) Read(p []byte) (int, error) {
+	if r.limit != nil {
+		r.nc.SetReadDeadline(r.limit(time.Now()))
+	}
+	return r.nc.Read(p)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// deadlineWriter gives every write to the peer write_timeout to complete, so a
+// client that stops reading cannot hold a worker.
+type deadlineWriter struct {
+	nc      clientConn
+	timeout time.Duration
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.nc.Write(p)
+}
+
+// maxRawHead bounds what headRecorder keeps: a whole head at its caps.
+const maxRawHead = httphead.DefaultMaxStartLine + httphead.DefaultMaxHeaderBytes + 2
+
+// headRecorder passes input through and, while on, keeps a copy of the head
+// being read, so that a head which never parses can still be answered with
+// the CORS headers its Origin asks for.
+type headRecorder struct {
+	r   io.Reader
+	on  bool
+	buf []byte
+}
+
+// start records from the input already buffered in br onwards.
+func (h *headRecorder) start(br *bufio.Reader) {
+	b, _ := br.Peek(br.Buffered())
+	h.buf = append(h.buf[:0], b[:min(len(b), maxRawHead)]...)
+	h.on = true
+}
+
+func (h *headRecorder) stop() {
+	h.on = false
+	h.buf = h.buf[:0]
+}
+
+func (h *headRecorder) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if h.on && len(h.buf) < maxRawHead {
+		h.buf = append(h.buf, p[:min(n, maxRawHead-len(h.buf))]...)
+	}
+	return n, err
+}
