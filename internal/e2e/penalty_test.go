@@ -64,13 +64,17 @@ func TestDeathPenalty(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the strict sandbox is checked when started as root")
 	}
-	h := start(t, attackConfig+`
+	// Long enough for the checks below on a loaded machine, short enough
+	// to see it end.
+	const penalty = 10 * time.Second
+	h := start(t, attackConfig+fmt.Sprintf(`
 limits {
-  death_penalty_duration = "5s"
+  death_penalty_duration = "%s"
 }
-`)
+`, penalty))
 	h.expectDeaths(3)
 	sock := adminFor(t, h)
+	ctlBin(t) // built before the penalty starts
 
 	// The second client, served throughout.
 	stop := make(chan struct{})
@@ -91,6 +95,10 @@ limits {
 				return
 			}
 			okB.Add(1)
+			if resp.Close { // a connection's 1000th response closes it
+				cl.c.Close()
+				cl = newClient(t, "127.0.0.3", h.addr)
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		served <- nil
@@ -107,8 +115,8 @@ limits {
 		h.deathsReach(uint64(i + 1))
 	}
 	s := h.snapshot()
-	if p := s.Client("127.0.0.2").Penalty; p <= 0 || p > 5*time.Second {
-		t.Fatalf("after 3 deaths: penalty %v, want up to 5s", p)
+	if p := s.Client("127.0.0.2").Penalty; p <= 0 || p > penalty {
+		t.Fatalf("after 3 deaths: penalty %v, want up to %v", p, penalty)
 	}
 	if p := s.Client("127.0.0.3").Penalty; p != 0 {
 		t.Errorf("the second client is refused too (%v)", p)
