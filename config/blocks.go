@@ -33,7 +33,11 @@ var (
 			{Type: "rate_limit", LabelNames: []string{"name"}},
 			{Type: "sandbox"},
 			{Type: "log"},
+			{Type: "streams"},
 		},
+	}
+	streamsSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "max"}, {Name: "per_client"}},
 	}
 	listenerSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}, {Name: "proxy_protocol"}},
@@ -63,7 +67,7 @@ var (
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}},
 	}
 	staticSchema = &hcl.BodySchema{
@@ -140,6 +144,11 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 	}
 	if b := d.single(blocks, "workers"); b != nil {
 		d.workers(b, &cfg.Workers)
+	}
+	if b := d.single(blocks, "streams"); b != nil {
+		attrs := d.attrs(b, streamsSchema)
+		intAttr(d, attrs, "max", "streams.max", 1, 1_000_000, &cfg.Streams.Max)
+		intAttr(d, attrs, "per_client", "streams.per_client", 1, 65535, &cfg.Streams.PerClient)
 	}
 	if b := d.single(blocks, "limits"); b != nil {
 		d.limits(b, &cfg.Limits)

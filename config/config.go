@@ -48,9 +48,19 @@ type Config struct {
 	Upstreams []Upstream
 	// RateLimits are the rate limit classes; none means no rate limiting.
 	RateLimits []RateLimit
+	// Streams is the budget of stream-class requests and upgraded
+	// connections, which run outside the request pool (docs/DESIGN.md §10).
+	Streams Streams
 	// RateLimitEntries bounds the rate limiter's table of buckets
 	// (1..10000000, default 100000); the least recently used is evicted.
 	RateLimitEntries int
+}
+
+// Streams is the `streams` block: how many stream-class requests and
+// upgraded connections may be open at once, in all and per client key.
+type Streams struct {
+	Max       int // 1..1000000, default 1024
+	PerClient int // 1..65535, default 16
 }
 
 // CORS is the `cors` block.
@@ -169,6 +179,10 @@ type Route struct {
 	// slot meanwhile. By default (false) a body up to max_body_bytes is
 	// received before the request takes a pool slot.
 	StreamBody bool
+	// Stream is `class = "stream"`: the route's requests are long-lived
+	// (SSE, long-poll, big downloads) and leave the request pool for the
+	// stream budget (docs/DESIGN.md §10). Default "request": false.
+	Stream bool
 }
 
 // Static serves files under Root.

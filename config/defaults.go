@@ -20,6 +20,9 @@ const (
 	DefaultShutdownGrace           = 10 * time.Second
 	DefaultIPCMaxInFlightRequests  = 256
 	// The body budget (docs/DESIGN.md §3.3).
+	DefaultStreamsMax                     = 1024
+	DefaultStreamsPerClient               = 16
+	DefaultUpgradeIdleTimeout             = 60 * time.Second
 	DefaultBodyBufferBytes                = 256 << 20
 	DefaultBodyBufferConnections          = 1024
 	DefaultBodyBufferBytesPerClient       = 32 << 20
@@ -86,6 +89,7 @@ func defaults() Config {
 		Sandbox: Sandbox{Mode: "strict", SeccompAction: "kill"},
 		Log: Log{Format: "text", Level: "info", AccessLog: true, ClientAddresses: true,
 			AccessLogFormat: "json", AccessLogBuffer: 64 << 10, AccessLogFlush: time.Second},
+		Streams:                Streams{Max: DefaultStreamsMax, PerClient: DefaultStreamsPerClient},
 		IPv6ClientPrefixLength: DefaultIPv6ClientPrefixLength,
 		RateLimitEntries:       DefaultRateLimitEntries,
 	}

@@ -43,6 +43,15 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 	buffering := true
 	boolAttr(d, content.Attributes, "request_buffering", name+": request_buffering", &buffering)
 	r.StreamBody = !buffering
+	if class, rng, found := stringAttr(d, content.Attributes, "class", name+": class"); found {
+		switch class {
+		case "request":
+		case "stream":
+			r.Stream = true
+		default:
+			d.errorf(rng, "Invalid value", "%s: class is \"request\" or \"stream\", got %q.", name, class)
+		}
+	}
 	handlers := content.Blocks
 	if len(handlers) == 0 {
 		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, proxy, metrics or embedded).", name)

@@ -70,6 +70,26 @@ type Proxy struct {
 	// of the upstream's own addresses to the client's scheme and host
 	// (default true, as nginx's `proxy_redirect default`).
 	RewriteRedirects bool
+	// Upgrade names the protocols (lower case, as "websocket") whose
+	// Upgrade requests are forwarded; an upgraded connection is relayed
+	// byte for byte (docs/DESIGN.md §10). Empty: Upgrade is dropped as a
+	// hop-by-hop field, as any proxy does.
+	Upgrade []string
+	// IdleTimeout closes an upgraded connection after this long without a
+	// byte in either direction (1s..24h, default 60s).
+	IdleTimeout time.Duration
+}
+
+// Upgrades reports whether the proxy forwards an Upgrade to protocol
+// (compared case-insensitively, without its version).
+func (p *Proxy) Upgrades(protocol string) bool {
+	name, _, _ := strings.Cut(protocol, "/")
+	for _, u := range p.Upgrade {
+		if strings.EqualFold(u, strings.TrimSpace(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // RateLimit is one `rate_limit "NAME"` block: a token bucket per client and
@@ -106,7 +126,7 @@ var (
 		{Name: "path", Required: true}, {Name: "interval"}, {Name: "timeout"},
 	}}
 	proxySchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-		{Name: "upstream", Required: true}, {Name: "rewrite_redirects"},
+		{Name: "upstream", Required: true}, {Name: "rewrite_redirects"}, {Name: "upgrade"}, {Name: "idle_timeout"},
 	}}
 	metricsSchema   = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "allow", Required: true}}}
 	embeddedSchema  = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "name", Required: true}}}
@@ -186,8 +206,17 @@ func (d *decoder) proxy(b *hcl.Block, route string) *Proxy {
 		return nil
 	}
 	d.proxies = append(d.proxies, proxyRef{name: name, rng: attrs["upstream"].Expr.Range(), route: route})
-	p := &Proxy{Upstream: name, RewriteRedirects: true}
+	p := &Proxy{Upstream: name, RewriteRedirects: true, IdleTimeout: DefaultUpgradeIdleTimeout}
 	boolAttr(d, attrs, "rewrite_redirects", route+": proxy.rewrite_redirects", &p.RewriteRedirects)
+	protocols, rngs := stringListAttr(d, attrs, "upgrade", route+": proxy.upgrade")
+	for i, u := range protocols {
+		if !isToken(u) {
+			d.errorf(rngs[i], "Invalid value", "%s: proxy.upgrade names protocols such as \"websocket\", got %q.", route, u)
+			continue
+		}
+		p.Upgrade = append(p.Upgrade, strings.ToLower(u))
+	}
+	durationAttr(d, attrs, "idle_timeout", route+": proxy.idle_timeout", time.Second, 24*time.Hour, &p.IdleTimeout)
 	return p
 }
 

@@ -100,6 +100,9 @@ const (
 	Handback_PARTIAL_HEAD Handback = 3
 	// ROUNDS: the dispatch served its bound of rounds.
 	Handback_ROUNDS Handback = 4
+	// STREAM: the round was long-lived, on the stream budget
+	// (StreamStart); the dispatch ends with it.
+	Handback_STREAM Handback = 5
 )
 
 // Enum value maps for Handback.
@@ -110,6 +113,7 @@ var (
 		2: "PRESSURE",
 		3: "PARTIAL_HEAD",
 		4: "ROUNDS",
+		5: "STREAM",
 	}
 	Handback_value = map[string]int32{
 		"BUFFER_EMPTY": 0,
@@ -117,6 +121,7 @@ var (
 		"PRESSURE":     2,
 		"PARTIAL_HEAD": 3,
 		"ROUNDS":       4,
+		"STREAM":       5,
 	}
 )
 
@@ -238,6 +243,8 @@ type Frame struct {
 	//	*Frame_BodyDone
 	//	*Frame_BodyReply
 	//	*Frame_Pressure
+	//	*Frame_StreamStart
+	//	*Frame_StreamReply
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -494,6 +501,24 @@ func (x *Frame) GetPressure() *Pressure {
 	return nil
 }
 
+func (x *Frame) GetStreamStart() *StreamStart {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_StreamStart); ok {
+			return x.StreamStart
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetStreamReply() *StreamReply {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_StreamReply); ok {
+			return x.StreamReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -600,6 +625,16 @@ type Frame_Pressure struct {
 	Pressure *Pressure `protobuf:"bytes,24,opt,name=pressure,proto3,oneof"`
 }
 
+type Frame_StreamStart struct {
+	// Worker request for a stream-class request or an upgraded connection.
+	StreamStart *StreamStart `protobuf:"bytes,25,opt,name=stream_start,json=streamStart,proto3,oneof"`
+}
+
+type Frame_StreamReply struct {
+	// Supervisor reply to StreamStart.
+	StreamReply *StreamReply `protobuf:"bytes,26,opt,name=stream_reply,json=streamReply,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -646,6 +681,114 @@ func (*Frame_BodyReply) isFrame_Body() {}
 
 func (*Frame_Pressure) isFrame_Body() {}
 
+func (*Frame_StreamStart) isFrame_Body() {}
+
+func (*Frame_StreamReply) isFrame_Body() {}
+
+// StreamStart tells the supervisor that a connection the worker holds turns
+// long-lived: a request on a stream-class route, or a connection about to be
+// upgraded. On ok its pool slot and share are released and the stream budget
+// (global and per client) is charged instead until the connection comes back
+// in Done; refused when the budget has no room (the worker answers 503).
+type StreamStart struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ConnId uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	// upgrade: the connection is upgraded (relayed byte for byte); else a
+	// stream-class request.
+	Upgrade       bool `protobuf:"varint,2,opt,name=upgrade,proto3" json:"upgrade,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamStart) Reset() {
+	*x = StreamStart{}
+	mi := &file_gatehouse_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamStart) ProtoMessage() {}
+
+func (x *StreamStart) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamStart.ProtoReflect.Descriptor instead.
+func (*StreamStart) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StreamStart) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
+func (x *StreamStart) GetUpgrade() bool {
+	if x != nil {
+		return x.Upgrade
+	}
+	return false
+}
+
+// StreamReply answers StreamStart.
+type StreamReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamReply) Reset() {
+	*x = StreamReply{}
+	mi := &file_gatehouse_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamReply) ProtoMessage() {}
+
+func (x *StreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamReply.ProtoReflect.Descriptor instead.
+func (*StreamReply) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StreamReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
 // BodyStart tells the supervisor that the worker is about to receive the
 // request body of a connection it holds before running the handler. On ok
 // the connection's pool slot and share are released and the body budget
@@ -663,7 +806,7 @@ type BodyStart struct {
 
 func (x *BodyStart) Reset() {
 	*x = BodyStart{}
-	mi := &file_gatehouse_proto_msgTypes[1]
+	mi := &file_gatehouse_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +818,7 @@ func (x *BodyStart) String() string {
 func (*BodyStart) ProtoMessage() {}
 
 func (x *BodyStart) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[1]
+	mi := &file_gatehouse_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +831,7 @@ func (x *BodyStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BodyStart.ProtoReflect.Descriptor instead.
 func (*BodyStart) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+	return file_gatehouse_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BodyStart) GetConnId() uint64 {
@@ -719,7 +862,7 @@ type BodyDone struct {
 
 func (x *BodyDone) Reset() {
 	*x = BodyDone{}
-	mi := &file_gatehouse_proto_msgTypes[2]
+	mi := &file_gatehouse_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +874,7 @@ func (x *BodyDone) String() string {
 func (*BodyDone) ProtoMessage() {}
 
 func (x *BodyDone) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[2]
+	mi := &file_gatehouse_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +887,7 @@ func (x *BodyDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BodyDone.ProtoReflect.Descriptor instead.
 func (*BodyDone) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{2}
+	return file_gatehouse_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BodyDone) GetConnId() uint64 {
@@ -764,7 +907,7 @@ type BodyReply struct {
 
 func (x *BodyReply) Reset() {
 	*x = BodyReply{}
-	mi := &file_gatehouse_proto_msgTypes[3]
+	mi := &file_gatehouse_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +919,7 @@ func (x *BodyReply) String() string {
 func (*BodyReply) ProtoMessage() {}
 
 func (x *BodyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[3]
+	mi := &file_gatehouse_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +932,7 @@ func (x *BodyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BodyReply.ProtoReflect.Descriptor instead.
 func (*BodyReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{3}
+	return file_gatehouse_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BodyReply) GetOk() bool {
@@ -810,7 +953,7 @@ type Dial struct {
 
 func (x *Dial) Reset() {
 	*x = Dial{}
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +965,7 @@ func (x *Dial) String() string {
 func (*Dial) ProtoMessage() {}
 
 func (x *Dial) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +978,7 @@ func (x *Dial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dial.ProtoReflect.Descriptor instead.
 func (*Dial) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+	return file_gatehouse_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Dial) GetUpstream() string {
@@ -865,7 +1008,7 @@ type DialReply struct {
 
 func (x *DialReply) Reset() {
 	*x = DialReply{}
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1020,7 @@ func (x *DialReply) String() string {
 func (*DialReply) ProtoMessage() {}
 
 func (x *DialReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1033,7 @@ func (x *DialReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DialReply.ProtoReflect.Descriptor instead.
 func (*DialReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{5}
+	return file_gatehouse_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DialReply) GetOk() bool {
@@ -942,7 +1085,7 @@ type UpstreamRelease struct {
 
 func (x *UpstreamRelease) Reset() {
 	*x = UpstreamRelease{}
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1097,7 @@ func (x *UpstreamRelease) String() string {
 func (*UpstreamRelease) ProtoMessage() {}
 
 func (x *UpstreamRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1110,7 @@ func (x *UpstreamRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamRelease.ProtoReflect.Descriptor instead.
 func (*UpstreamRelease) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+	return file_gatehouse_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpstreamRelease) GetUpstream() string {
@@ -996,7 +1139,7 @@ type Reclaim struct {
 
 func (x *Reclaim) Reset() {
 	*x = Reclaim{}
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1151,7 @@ func (x *Reclaim) String() string {
 func (*Reclaim) ProtoMessage() {}
 
 func (x *Reclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1164,7 @@ func (x *Reclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reclaim.ProtoReflect.Descriptor instead.
 func (*Reclaim) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{7}
+	return file_gatehouse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Reclaim) GetUpstream() string {
@@ -1042,7 +1185,7 @@ type Reclaimed struct {
 
 func (x *Reclaimed) Reset() {
 	*x = Reclaimed{}
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1197,7 @@ func (x *Reclaimed) String() string {
 func (*Reclaimed) ProtoMessage() {}
 
 func (x *Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1210,7 @@ func (x *Reclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reclaimed.ProtoReflect.Descriptor instead.
 func (*Reclaimed) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{8}
+	return file_gatehouse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Reclaimed) GetUpstream() string {
@@ -1092,7 +1235,7 @@ type RateCheck struct {
 
 func (x *RateCheck) Reset() {
 	*x = RateCheck{}
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1247,7 @@ func (x *RateCheck) String() string {
 func (*RateCheck) ProtoMessage() {}
 
 func (x *RateCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1260,7 @@ func (x *RateCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateCheck.ProtoReflect.Descriptor instead.
 func (*RateCheck) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{9}
+	return file_gatehouse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RateCheck) GetConnId() uint64 {
@@ -1153,7 +1296,7 @@ type RateReply struct {
 
 func (x *RateReply) Reset() {
 	*x = RateReply{}
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1308,7 @@ func (x *RateReply) String() string {
 func (*RateReply) ProtoMessage() {}
 
 func (x *RateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1321,7 @@ func (x *RateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateReply.ProtoReflect.Descriptor instead.
 func (*RateReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{10}
+	return file_gatehouse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RateReply) GetAllowed() bool {
@@ -1204,7 +1347,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1359,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1372,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{11}
+	return file_gatehouse_proto_rawDescGZIP(), []int{13}
 }
 
 // StatsReply carries the metrics in the Prometheus text format.
@@ -1242,7 +1385,7 @@ type StatsReply struct {
 
 func (x *StatsReply) Reset() {
 	*x = StatsReply{}
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1397,7 @@ func (x *StatsReply) String() string {
 func (*StatsReply) ProtoMessage() {}
 
 func (x *StatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1410,7 @@ func (x *StatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReply.ProtoReflect.Descriptor instead.
 func (*StatsReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{12}
+	return file_gatehouse_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatsReply) GetText() []byte {
@@ -1288,7 +1431,7 @@ type Overloaded struct {
 
 func (x *Overloaded) Reset() {
 	*x = Overloaded{}
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1443,7 @@ func (x *Overloaded) String() string {
 func (*Overloaded) ProtoMessage() {}
 
 func (x *Overloaded) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1456,7 @@ func (x *Overloaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Overloaded.ProtoReflect.Descriptor instead.
 func (*Overloaded) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{13}
+	return file_gatehouse_proto_rawDescGZIP(), []int{15}
 }
 
 // LogLevel sets the worker's log level.
@@ -1326,7 +1469,7 @@ type LogLevel struct {
 
 func (x *LogLevel) Reset() {
 	*x = LogLevel{}
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1481,7 @@ func (x *LogLevel) String() string {
 func (*LogLevel) ProtoMessage() {}
 
 func (x *LogLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1494,7 @@ func (x *LogLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLevel.ProtoReflect.Descriptor instead.
 func (*LogLevel) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{14}
+	return file_gatehouse_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LogLevel) GetLevel() string {
@@ -1373,7 +1516,7 @@ type AccessLog struct {
 
 func (x *AccessLog) Reset() {
 	*x = AccessLog{}
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1528,7 @@ func (x *AccessLog) String() string {
 func (*AccessLog) ProtoMessage() {}
 
 func (x *AccessLog) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1541,7 @@ func (x *AccessLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
 func (*AccessLog) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{15}
+	return file_gatehouse_proto_rawDescGZIP(), []int{17}
 }
 
 // Pressure says whether a readable connection waits for a worker slot (the
@@ -1414,7 +1557,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1569,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1582,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{16}
+	return file_gatehouse_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Pressure) GetOn() bool {
@@ -1465,7 +1608,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1620,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1633,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{17}
+	return file_gatehouse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Hello) GetWorkerId() uint32 {
@@ -1540,7 +1683,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1695,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1708,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{18}
+	return file_gatehouse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -1600,7 +1743,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1755,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1768,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{19}
+	return file_gatehouse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -1664,7 +1807,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1819,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1832,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{20}
+	return file_gatehouse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -1775,7 +1918,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1930,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1943,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{21}
+	return file_gatehouse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -1878,7 +2021,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2033,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2046,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{22}
+	return file_gatehouse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Response) GetStatus() uint32 {
@@ -1929,7 +2072,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2084,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2097,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{23}
+	return file_gatehouse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -1974,7 +2117,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2129,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2142,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{24}
+	return file_gatehouse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -2025,7 +2168,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2180,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,14 +2193,15 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{25}
+	return file_gatehouse_proto_rawDescGZIP(), []int{27}
 }
 
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xf8\t\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xf8\n" +
+	"\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -2092,8 +2236,15 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\tbody_done\x18\x16 \x01(\v2\x16.gatehouse.v1.BodyDoneH\x00R\bbodyDone\x128\n" +
 	"\n" +
 	"body_reply\x18\x17 \x01(\v2\x17.gatehouse.v1.BodyReplyH\x00R\tbodyReply\x124\n" +
-	"\bpressure\x18\x18 \x01(\v2\x16.gatehouse.v1.PressureH\x00R\bpressureB\x06\n" +
-	"\x04body\"<\n" +
+	"\bpressure\x18\x18 \x01(\v2\x16.gatehouse.v1.PressureH\x00R\bpressure\x12>\n" +
+	"\fstream_start\x18\x19 \x01(\v2\x19.gatehouse.v1.StreamStartH\x00R\vstreamStart\x12>\n" +
+	"\fstream_reply\x18\x1a \x01(\v2\x19.gatehouse.v1.StreamReplyH\x00R\vstreamReplyB\x06\n" +
+	"\x04body\"@\n" +
+	"\vStreamStart\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
+	"\aupgrade\x18\x02 \x01(\bR\aupgrade\"\x1d\n" +
+	"\vStreamReply\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\"<\n" +
 	"\tBodyStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x03R\x06length\"#\n" +
@@ -2183,7 +2334,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"KEEP_ALIVE\x10\x01\x12\t\n" +
 	"\x05CLOSE\x10\x02\x12\n" +
 	"\n" +
-	"\x06LINGER\x10\x03*X\n" +
+	"\x06LINGER\x10\x03*d\n" +
 	"\bHandback\x12\x10\n" +
 	"\fBUFFER_EMPTY\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2191,7 +2342,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\bPRESSURE\x10\x02\x12\x10\n" +
 	"\fPARTIAL_HEAD\x10\x03\x12\n" +
 	"\n" +
-	"\x06ROUNDS\x10\x04*P\n" +
+	"\x06ROUNDS\x10\x04\x12\n" +
+	"\n" +
+	"\x06STREAM\x10\x05*P\n" +
 	"\aOutcome\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x0f\n" +
 	"\vPEER_CLOSED\x10\x01\x12\x0e\n" +
@@ -2213,72 +2366,76 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Handback)(0),           // 1: gatehouse.v1.Handback
 	(Outcome)(0),            // 2: gatehouse.v1.Outcome
 	(*Frame)(nil),           // 3: gatehouse.v1.Frame
-	(*BodyStart)(nil),       // 4: gatehouse.v1.BodyStart
-	(*BodyDone)(nil),        // 5: gatehouse.v1.BodyDone
-	(*BodyReply)(nil),       // 6: gatehouse.v1.BodyReply
-	(*Dial)(nil),            // 7: gatehouse.v1.Dial
-	(*DialReply)(nil),       // 8: gatehouse.v1.DialReply
-	(*UpstreamRelease)(nil), // 9: gatehouse.v1.UpstreamRelease
-	(*Reclaim)(nil),         // 10: gatehouse.v1.Reclaim
-	(*Reclaimed)(nil),       // 11: gatehouse.v1.Reclaimed
-	(*RateCheck)(nil),       // 12: gatehouse.v1.RateCheck
-	(*RateReply)(nil),       // 13: gatehouse.v1.RateReply
-	(*StatsRequest)(nil),    // 14: gatehouse.v1.StatsRequest
-	(*StatsReply)(nil),      // 15: gatehouse.v1.StatsReply
-	(*Overloaded)(nil),      // 16: gatehouse.v1.Overloaded
-	(*LogLevel)(nil),        // 17: gatehouse.v1.LogLevel
-	(*AccessLog)(nil),       // 18: gatehouse.v1.AccessLog
-	(*Pressure)(nil),        // 19: gatehouse.v1.Pressure
-	(*Hello)(nil),           // 20: gatehouse.v1.Hello
-	(*SandboxLayer)(nil),    // 21: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 22: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 23: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 24: gatehouse.v1.Done
-	(*Response)(nil),        // 25: gatehouse.v1.Response
-	(*Ping)(nil),            // 26: gatehouse.v1.Ping
-	(*Pong)(nil),            // 27: gatehouse.v1.Pong
-	(*Drain)(nil),           // 28: gatehouse.v1.Drain
+	(*StreamStart)(nil),     // 4: gatehouse.v1.StreamStart
+	(*StreamReply)(nil),     // 5: gatehouse.v1.StreamReply
+	(*BodyStart)(nil),       // 6: gatehouse.v1.BodyStart
+	(*BodyDone)(nil),        // 7: gatehouse.v1.BodyDone
+	(*BodyReply)(nil),       // 8: gatehouse.v1.BodyReply
+	(*Dial)(nil),            // 9: gatehouse.v1.Dial
+	(*DialReply)(nil),       // 10: gatehouse.v1.DialReply
+	(*UpstreamRelease)(nil), // 11: gatehouse.v1.UpstreamRelease
+	(*Reclaim)(nil),         // 12: gatehouse.v1.Reclaim
+	(*Reclaimed)(nil),       // 13: gatehouse.v1.Reclaimed
+	(*RateCheck)(nil),       // 14: gatehouse.v1.RateCheck
+	(*RateReply)(nil),       // 15: gatehouse.v1.RateReply
+	(*StatsRequest)(nil),    // 16: gatehouse.v1.StatsRequest
+	(*StatsReply)(nil),      // 17: gatehouse.v1.StatsReply
+	(*Overloaded)(nil),      // 18: gatehouse.v1.Overloaded
+	(*LogLevel)(nil),        // 19: gatehouse.v1.LogLevel
+	(*AccessLog)(nil),       // 20: gatehouse.v1.AccessLog
+	(*Pressure)(nil),        // 21: gatehouse.v1.Pressure
+	(*Hello)(nil),           // 22: gatehouse.v1.Hello
+	(*SandboxLayer)(nil),    // 23: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 24: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 25: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 26: gatehouse.v1.Done
+	(*Response)(nil),        // 27: gatehouse.v1.Response
+	(*Ping)(nil),            // 28: gatehouse.v1.Ping
+	(*Pong)(nil),            // 29: gatehouse.v1.Pong
+	(*Drain)(nil),           // 30: gatehouse.v1.Drain
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	20, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	22, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	23, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	24, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	26, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	27, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	28, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
-	7,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
-	12, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
-	14, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
-	8,  // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
-	13, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
-	15, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
-	16, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
-	9,  // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
-	17, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
-	10, // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
-	11, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
-	18, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
-	4,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
-	5,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
-	6,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
-	19, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
-	21, // 23: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 24: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	2,  // 25: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	25, // 26: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	1,  // 27: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	22, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	24, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	25, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	26, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	28, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	29, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	30, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	9,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
+	14, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
+	16, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
+	10, // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
+	15, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
+	17, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
+	18, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
+	11, // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
+	19, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
+	12, // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
+	13, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
+	20, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
+	6,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
+	7,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
+	8,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
+	21, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
+	4,  // 23: gatehouse.v1.Frame.stream_start:type_name -> gatehouse.v1.StreamStart
+	5,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
+	23, // 25: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 26: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	2,  // 27: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	27, // 28: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	1,  // 29: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -2310,6 +2467,8 @@ func file_gatehouse_proto_init() {
 		(*Frame_BodyDone)(nil),
 		(*Frame_BodyReply)(nil),
 		(*Frame_Pressure)(nil),
+		(*Frame_StreamStart)(nil),
+		(*Frame_StreamReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2317,7 +2476,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -147,3 +147,39 @@ func TestSeccompOpenatFlags(t *testing.T) {
 		t.Errorf("socket = %v, want %v", got, seccomp.ActionKillProcess)
 	}
 }
+
+// TestSeccompRelay checks that the filter allows what an upgraded
+// connection's relay uses (pipe2 and splice) and still refuses its
+// neighbours that reach beyond held descriptors.
+func TestSeccompRelay(t *testing.T) {
+	pol := sandbox.SeccompPolicy(sandbox.Kill, 1)
+	prog, err := pol.Assemble()
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditArch := uint32(unix.AUDIT_ARCH_X86_64)
+	if runtime.GOARCH != "amd64" {
+		auditArch = unix.AUDIT_ARCH_AARCH64
+	}
+	tests := []struct {
+		name  string
+		nr    uintptr
+		args  [6]uint64
+		allow bool
+	}{
+		{"pipe2", unix.SYS_PIPE2, [6]uint64{0x1000, unix.O_CLOEXEC | unix.O_NONBLOCK}, true},
+		{"splice socket to pipe", unix.SYS_SPLICE, [6]uint64{5, 0, 8, 0, 64 << 10, unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK}, true},
+		{"splice pipe to socket", unix.SYS_SPLICE, [6]uint64{7, 0, 6, 0, 64 << 10, unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK}, true},
+		{"socket", unix.SYS_SOCKET, [6]uint64{unix.AF_INET, unix.SOCK_STREAM}, false},
+		{"connect", unix.SYS_CONNECT, [6]uint64{5, 0x1000, 16}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := seccompData{nr: int32(tt.nr), arch: auditArch, args: tt.args}
+			allowed := seccomp.Action(runFilter(t, prog, d.bytes())) == seccomp.ActionAllow
+			if allowed != tt.allow {
+				t.Errorf("%s allowed = %v, want %v", tt.name, allowed, tt.allow)
+			}
+		})
+	}
+}

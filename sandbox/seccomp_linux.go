@@ -43,6 +43,11 @@ var ioSyscalls = []string{
 	"recvmsg", "sendmsg", // ipc frames with SCM_RIGHTS
 	"getsockopt", "getsockname", "getpeername", // net.FileConn (SO_TYPE), x/sys SendmsgN
 	"shutdown", // half-close before handing a connection back
+	// An upgraded connection is relayed with splice(2) through a pipe of its
+	// own, so its bytes never enter user space (worker/relay_linux.go).
+	// pipe2 makes only an anonymous pipe; splice moves bytes between
+	// descriptors the worker already holds.
+	"pipe2", "splice",
 }
 
 // Group: static files below the os.Root descriptors opened before Apply.

@@ -32,6 +32,8 @@ type client struct {
 	// outside the pool charge to the body budget.
 	bodyBytes int64
 	bodyConns int
+	// streams counts its connections charged to the stream budget.
+	streams int
 }
 
 // newClient returns the record of a client key with no connection yet.

@@ -74,4 +74,7 @@ type conn struct {
 	ilist        *connList
 
 	body bodyState // a request body received outside the pool
+	// stream: a long-lived request or upgraded connection charged to the
+	// stream budget instead of the pool.
+	stream streamState
 }

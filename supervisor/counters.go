@@ -46,7 +46,7 @@ type counters struct {
 	upstreamErrors   uint64
 	rateLimited      uint64
 	outcomes         [5]uint64 // by proto.Outcome
-	handbacks        [5]uint64 // by proto.Handback
+	handbacks        [6]uint64 // by proto.Handback
 	hotRequests      uint64
 	pressureOn       uint64    // times the pressure went on
 	byClass          [6]uint64 // responses by status class; [0] counts statuses out of range
@@ -107,7 +107,12 @@ type Snapshot struct {
 	// being received outside the pool.
 	BodyBytes int64
 	BodyConns int
-	Listeners []netip.AddrPort
+	// Streams and Upgrades are the stream budget in use: stream-class
+	// requests and upgraded connections outside the pool, of StreamsMax.
+	Streams    int
+	Upgrades   int
+	StreamsMax int
+	Listeners  []netip.AddrPort
 	// Responses counts responses by status class: "1xx" … "5xx", and
 	// "other" for a status out of range.
 	Responses map[string]uint64
@@ -233,6 +238,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	s.RateLimitBuckets = d.limiter.len()
 	d.headSnapshot(&s)
 	d.bodySnapshot(&s)
+	d.streamSnapshot(&s)
 	s.Responses = map[string]uint64{"other": d.c.byClass[0]}
 	for i := 1; i <= 5; i++ {
 		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]

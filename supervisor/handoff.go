@@ -96,7 +96,7 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 
 // release gives back the slots a connection held at its worker.
 func (d *dispatcher) release(c *conn) {
-	if d.releaseBody(c) {
+	if d.releaseBody(c) || d.releaseStream(c) {
 		return
 	}
 	c.worker.active--

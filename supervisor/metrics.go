@@ -38,6 +38,10 @@ var counterMetrics = map[string]struct {
 	"stress_entered":          {"stress_mode_entered_total", "Times admission entered stress mode.", "", ""},
 	"bodies_buffered":         {"bodies_buffered_total", "Request bodies received outside the pool before their handler ran.", "", ""},
 	"body_budget_refused":     {"body_budget_refused_total", "Request bodies refused (503) because the body budget was full.", "", ""},
+	"streams_started":         {"streams_started_total", "Long-lived requests that left the pool for the stream budget, by class (stream, upgrade).", "class", "stream"},
+	"upgrades_started":        {"streams_started_total", "Long-lived requests that left the pool for the stream budget, by class (stream, upgrade).", "class", "upgrade"},
+	"streams_refused":         {"stream_budget_refused_total", "Long-lived requests refused (503) because the stream budget was full, by class (stream, upgrade).", "class", "stream"},
+	"upgrades_refused":        {"stream_budget_refused_total", "Long-lived requests refused (503) because the stream budget was full, by class (stream, upgrade).", "class", "upgrade"},
 	"body_no_slot":            {"body_no_slot_total", "Complete request bodies that found no pool slot within no_worker_timeout (503).", "", ""},
 	"heads_buffered":          {"heads_buffered_total", "Request heads that arrived in parts and were held by the dispatcher until complete.", "", ""},
 	"closed":                  {"connections_closed_total", "Connections closed.", "", ""},
@@ -60,6 +64,7 @@ var counterMetrics = map[string]struct {
 	"handback_pressure":       {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "pressure"},
 	"handback_partial_head":   {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "partial_head"},
 	"handback_rounds":         {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "rounds"},
+	"handback_stream":         {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "stream"},
 	"worker_log_lines_dropped": {"worker_log_lines_dropped_total",
 		"Lines of worker output the supervisor dropped over each worker's relay rate limit.", "", ""},
 	// worker_deaths is exported by reason and signal from Deaths, below.
@@ -160,6 +165,9 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(desc("penalized_clients", "Client keys refused now for having had connections at dying workers too often."), prometheus.GaugeValue, float64(penalized))
 	emit(desc("body_budget_bytes", "Request body bytes charged to the body budget (bodies received outside the pool)."), prometheus.GaugeValue, float64(s.BodyBytes))
 	emit(desc("body_budget_connections", "Connections receiving a request body outside the pool."), prometheus.GaugeValue, float64(s.BodyConns))
+	emit(desc("streams_open", "Long-lived requests and upgraded connections open outside the pool, by class.", "class"), prometheus.GaugeValue, float64(s.Streams), "stream")
+	emit(desc("streams_open", "Long-lived requests and upgraded connections open outside the pool, by class.", "class"), prometheus.GaugeValue, float64(s.Upgrades), "upgrade")
+	emit(desc("streams_max", "The stream budget: long-lived requests and upgraded connections that may be open at once."), prometheus.GaugeValue, float64(s.StreamsMax))
 	emit(desc("head_buffer_bytes", "Bytes of incomplete request heads held by the dispatcher."), prometheus.GaugeValue, float64(s.HeadBytes))
 	stress := 0.0
 	if s.Stress {

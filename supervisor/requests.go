@@ -52,6 +52,8 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 		d.bodyStart(w, f.GetId(), b.BodyStart, now)
 	case *proto.Frame_BodyDone:
 		d.bodyDone(w, f.GetId(), b.BodyDone, now)
+	case *proto.Frame_StreamStart:
+		d.streamStart(w, f.GetId(), b.StreamStart, now)
 	case *proto.Frame_StatsRequest:
 		d.serveStats(w, f.GetId(), now)
 	}
@@ -65,6 +67,8 @@ func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
 	switch b := f.Body.(type) {
 	case *proto.Frame_BodyStart, *proto.Frame_BodyDone:
 		return d.validBodyRequest(w, f)
+	case *proto.Frame_StreamStart:
+		return d.validStreamStart(w, b.StreamStart)
 	case *proto.Frame_Dial:
 		if d.upstreams[b.Dial.GetUpstream()] == nil {
 			return fmt.Sprintf("Dial for %q, which is no configured upstream", b.Dial.GetUpstream())

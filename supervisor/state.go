@@ -32,6 +32,7 @@ type dispatcher struct {
 	stats statsCache
 	headWatch
 	bodyBudget
+	streamBudget
 
 	nextPing     time.Time
 	stopping     bool

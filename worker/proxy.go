@@ -55,6 +55,13 @@ func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy) http.Handler {
 }
 
 func (h *proxyHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if protocol := upgradeRequested(r.Header); protocol != "" {
+		if h.cfg.Upgrades(protocol) && r.Body == http.NoBody {
+			h.serveUpgrade(rw, r, protocol)
+			return
+		}
+		dropUpgrade(r.Header)
+	}
 	h.rp.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, abortOnCopyError)))
 }
 

@@ -114,9 +114,16 @@ type connServer struct {
 	// outside: the connection gave its slot back for a body (BodyStart)
 	// and has not got one again.
 	outside bool
-	in      *deadlineReader
-	br      *bufio.Reader
-	bw      *bufio.Writer
+	// streamed: the connection left the pool for the stream budget
+	// (StreamStart); the dispatch ends with this round.
+	streamed bool
+	// upgraded: the connection was switched to another protocol and
+	// relayed; it is closed after the round.
+	upgraded bool
+	rw       *response // the current round's response
+	in       *deadlineReader
+	br       *bufio.Reader
+	bw       *bufio.Writer
 
 	fd        int    // the connection's descriptor, or -1; owned by nc
 	port      string // the local port, once asked
@@ -150,11 +157,16 @@ func newConnServer(w *Worker, nc clientConn, d *proto.Dispatch) *connServer {
 	return cs
 }
 
+// release gives the round buffers back to their pools, once.
 func (cs *connServer) release() {
+	if cs.br == nil {
+		return
+	}
 	cs.br.Reset(nil)
 	readerPool.Put(cs.br)
 	cs.bw.Reset(nil)
 	writerPool.Put(cs.bw)
+	cs.br, cs.bw = nil, nil
 }
 
 // pending reports how many input bytes are already held above the socket.
@@ -204,6 +216,12 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 		keep, disp := cs.round()
 		if !keep {
 			return disp, nil, cs.requests
+		}
+		if cs.streamed {
+			// Out of the pool: the supervisor releases the stream budget
+			// and serves any further request under the pool again.
+			cs.handback = proto.Handback_STREAM
+			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
 		held++
 		cs.skipEmptyLines()
@@ -385,6 +403,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 
 	rw := newResponse(cs, req, keep)
 	rw.body = body
+	cs.rw = rw
 	switch {
 	case serverWideOptions(req):
 		answerServerOptions(rw)
@@ -406,7 +425,19 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 				return false, proto.Disposition_LINGER
 			}
 		}
+		if rt != nil && rt.stream && !cs.leavePool(ctx, false) {
+			cs.outcome = proto.Outcome_OK
+			cs.writeError(http.StatusServiceUnavailable, "stream budget full", head, nil)
+			return false, proto.Disposition_LINGER
+		}
 		if !cs.runHandler(rt, rw, req) {
+			return false, proto.Disposition_CLOSE
+		}
+		if cs.upgraded {
+			// The relay has ended; the connection is closed, never
+			// returned to the dispatcher.
+			cs.outcome = proto.Outcome_OK
+			cs.record(start, head, rw.status, rw.written)
 			return false, proto.Disposition_CLOSE
 		}
 	}

@@ -29,6 +29,9 @@ type route struct {
 	allowTrace bool
 	// buffer receives a body before the handler runs, outside the pool.
 	buffer bool
+	// stream: class = "stream", the requests leave the pool for the stream
+	// budget (docs/DESIGN.md §10).
+	stream bool
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
 }
 
@@ -60,7 +63,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace,
+		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil})
 	}
 	sort.SliceStable(rt.routes, func(i, j int) bool { return len(rt.routes[i].prefix) > len(rt.routes[j].prefix) })

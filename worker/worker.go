@@ -185,7 +185,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			// send, so the supervisor's frames are always read.
 			pong := &proto.Frame{Body: &proto.Frame_Pong{Pong: &proto.Pong{Seq: b.Ping.GetSeq(), Active: uint32(w.active.Load())}}}
 			go w.ch.Send(pong, -1)
-		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply:
+		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply, *proto.Frame_StreamReply:
 			w.calls.deliver(reply{f: f, fd: fd})
 		case *proto.Frame_Reclaim:
 			go w.reclaim(b.Reclaim.GetUpstream())

@@ -1,0 +1,144 @@
+package worker
+
+import (
+	"errors"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// relayFinWait bounds how long the other direction of a relay may go on
+// after one side closed its end (HAProxy's client-fin/server-fin).
+const relayFinWait = 5 * time.Second
+
+// relayBufSize is the buffer of one direction of the copy loop.
+const relayBufSize = 16 << 10
+
+// relayState is what both directions of one relay share: the time of the
+// last byte either way, and the end set once one side has closed.
+type relayState struct {
+	idle time.Duration
+	last atomic.Int64 // UnixNano
+	end  atomic.Int64 // UnixNano, 0 while both sides are open
+}
+
+// deadline is when the relay gives up waiting: idle after the last byte in
+// either direction, or the fin wait once one side has closed.
+func (s *relayState) deadline() time.Time {
+	d := time.Unix(0, s.last.Load()).Add(s.idle)
+	if e := s.end.Load(); e != 0 && e < d.UnixNano() {
+		return time.Unix(0, e)
+	}
+	return d
+}
+
+// waitAgain reports whether a read that timed out should wait again: the
+// other direction moved bytes since it began.
+func (s *relayState) waitAgain(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(s.deadline())
+}
+
+func (s *relayState) touch() { s.last.Store(time.Now().UnixNano()) }
+
+// relay copies both directions between client and upstream until both
+// have ended: a side's EOF is passed on as a half-close (shutdown SHUT_WR)
+// and the other direction then has relayFinWait to finish; an error, or
+// idle without a byte either way, ends both. pre are bytes already read
+// from each side. Each direction is spliced where the kernel allows, else
+// copied. One direction runs on the calling goroutine, the other on one
+// more. It returns the bytes sent to the client and to the upstream.
+func relay(client, upstream relayConn, toUpstream, toClient []byte, idle time.Duration) (toClientN, toUpstreamN int64) {
+	s := &relayState{idle: idle}
+	s.touch()
+	down := make(chan int64, 1)
+	go func() {
+		n := s.direction(client, upstream, toClient)
+		down <- n
+	}()
+	toUpstreamN = s.direction(upstream, client, toUpstream)
+	toClientN = <-down
+	return toClientN, toUpstreamN
+}
+
+// direction relays src to dst until src ends, then half-closes dst and
+// makes the other direction finish within relayFinWait.
+func (s *relayState) direction(dst, src relayConn, pre []byte) int64 {
+	var n int64
+	err := s.writeAll(dst, pre)
+	if err == nil {
+		n = int64(len(pre))
+		var m int64
+		m, err = s.splice(dst, src)
+		if errors.Is(err, errNoSplice) {
+			var k int64
+			k, err = s.copy(dst, src)
+			m += k
+		}
+		n += m
+	}
+	// This side is done: the peer learns it at once, and the other
+	// direction gets a short while to end on its own.
+	s.end.CompareAndSwap(0, time.Now().Add(relayFinWait).UnixNano())
+	if err == nil {
+		shutdown(dst, unix.SHUT_WR)
+	} else {
+		// A failed or idle side ends the whole relay.
+		s.end.Store(time.Now().UnixNano())
+		shutdown(dst, unix.SHUT_RDWR)
+		shutdown(src, unix.SHUT_RDWR)
+	}
+	src.SetReadDeadline(time.Now())
+	dst.SetReadDeadline(s.deadline())
+	return n
+}
+
+// writeAll writes p to dst under the relay's deadline.
+func (s *relayState) writeAll(dst relayConn, p []byte) error {
+	for len(p) > 0 {
+		dst.SetWriteDeadline(time.Now().Add(s.idle))
+		n, err := dst.Write(p)
+		if err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// copy is the portable direction: read into a buffer, write it out.
+func (s *relayState) copy(dst, src relayConn) (int64, error) {
+	buf := make([]byte, relayBufSize)
+	var total int64
+	for {
+		src.SetReadDeadline(s.deadline())
+		n, err := src.Read(buf)
+		if n > 0 {
+			s.touch()
+			if werr := s.writeAll(dst, buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+			s.touch()
+		}
+		switch {
+		case err == io.EOF:
+			return total, nil
+		case err != nil && s.waitAgain(err):
+		case err != nil:
+			return total, err
+		}
+	}
+}
+
+// shutdown shuts a relay side's socket down in direction how.
+func shutdown(c relayConn, how int) {
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.Shutdown(int(fd), how) })
+	}
+}
+
+// errNoSplice is splice's answer when the kernel cannot splice this pair.
+var errNoSplice = errors.New("worker: splice not available")
