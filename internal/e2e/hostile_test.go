@@ -256,6 +256,8 @@ func floodWorker() int {
 		case *proto.Frame_Dispatch:
 			go serveCanned(ch, b.Dispatch, fd)
 			fd = -1
+		case *proto.Frame_Pressure:
+			// A notice of the dispatcher's pressure, not a reply.
 		case *proto.Frame_Drain:
 			return 0
 		default:
