@@ -49,11 +49,32 @@ func TestAdmission(t *testing.T) {
 			closed:  []bool{true, false, false},
 			counter: "incomplete_evicted", count: 1,
 		},
+		{
+			// 127.0.0.3 holds the most incomplete connections: its
+			// oldest is closed, not the older one of 127.0.0.2.
+			name:    "queued-connection cap closes the heaviest client's",
+			extra:   "limits {\n max_queued_connections = 3\n}",
+			from:    []string{"127.0.0.2", "127.0.0.3", "127.0.0.3", "127.0.0.4"},
+			closed:  []bool{false, true, false, false},
+			counter: "incomplete_evicted", count: 1,
+		},
+		{
+			// Between clients holding as many, the one whose incomplete
+			// connection has waited longest.
+			name:    "queued-connection cap, a tie broken by age",
+			extra:   "limits {\n max_queued_connections = 2\n}",
+			from:    []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"},
+			closed:  []bool{true, false, false},
+			counter: "incomplete_evicted", count: 1,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startLoop(t, baseConfig(1, 8, tc.extra))
 			conns := make([]*net.TCPConn, len(tc.from))
 			for i, from := range tc.from {
+				// Each connection is accepted a moment after the last,
+				// so ages differ (well under the first-byte timeout).
+				h.clock.add(time.Millisecond)
 				conns[i] = h.dial(from)
 				h.waitFor(fmt.Sprintf("connection %d admitted or refused", i), func(s Snapshot) bool {
 					return s.Counters["accepted"]+s.Counters["refused_per_client"] == uint64(i+1)
@@ -348,6 +369,21 @@ func TestTimers(t *testing.T) {
 			state: "waiting", before: 1900 * time.Millisecond, after: 200 * time.Millisecond, counter: "timeout_no_worker",
 			reply: "HTTP/1.1 503 Service Unavailable\r\n",
 		},
+		{
+			// Part of a head, then silence: the dispatcher holds it (no
+			// worker sees it) and answers 408 when the gap expires.
+			name: "head gap",
+			setup: func(h *loopHarness) *net.TCPConn {
+				c := h.dial("127.0.0.2")
+				if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n")); err != nil {
+					h.t.Fatal(err)
+				}
+				h.waitFor("head held", func(s Snapshot) bool { return s.Conns["head"] == 1 && s.HeadBytes > 0 })
+				return c
+			},
+			state: "head", before: 4900 * time.Millisecond, after: 200 * time.Millisecond, counter: "timeout_head_gap",
+			reply: "HTTP/1.1 408 Request Timeout\r\n",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conc := tc.conc
@@ -373,6 +409,37 @@ func TestTimers(t *testing.T) {
 				t.Fatalf("client read %q, want %q first", got, tc.reply)
 			}
 		})
+	}
+}
+
+// TestStressMode: connections closed to make room put admission under
+// pressure; after a second of it the first-byte and head timeouts shrink to
+// a fifth, and they are restored ten seconds after the pressure ends.
+func TestStressMode(t *testing.T) {
+	h := startLoop(t, baseConfig(1, 8, "limits {\n max_queued_connections = 4\n}"))
+	for i := 0; i < 6; i++ {
+		h.dial("127.0.0.2")
+		h.waitFor(fmt.Sprintf("connection %d admitted", i), func(s Snapshot) bool { return s.Counters["accepted"] == uint64(i+1) })
+	}
+	s := h.snapshot()
+	if s.Stress || s.Counters["incomplete_evicted"] != 2 {
+		t.Fatalf("at once: stress %v, incomplete_evicted %d; want off and 2", s.Stress, s.Counters["incomplete_evicted"])
+	}
+	h.advance(1100 * time.Millisecond)
+	s = h.snapshot()
+	if !s.Stress || s.FirstByteTimeout != time.Second || s.HeadTimeout != 6*time.Second || s.Counters["stress_entered"] != 1 {
+		t.Fatalf("after a second of pressure: stress %v, first byte %v, head %v, entered %d; want on, 1s, 6s, 1",
+			s.Stress, s.FirstByteTimeout, s.HeadTimeout, s.Counters["stress_entered"])
+	}
+	// The shortened first-byte timeout closed the silent connections: the
+	// pressure is over, the mode stays on for ten seconds.
+	h.advance(5 * time.Second)
+	if s = h.snapshot(); !s.Stress || s.Conns["fresh"] != 0 {
+		t.Fatalf("5 s later: stress %v, %d fresh connections; want on and none", s.Stress, s.Conns["fresh"])
+	}
+	h.advance(6 * time.Second)
+	if s = h.snapshot(); s.Stress || s.FirstByteTimeout != 5*time.Second || s.HeadTimeout != 30*time.Second {
+		t.Fatalf("11 s without pressure: stress %v, first byte %v, head %v; want off, 5s, 30s", s.Stress, s.FirstByteTimeout, s.HeadTimeout)
 	}
 }
 

@@ -283,7 +283,13 @@ func (d *dispatcher) headNextDeadline() time.Time {
 func (d *dispatcher) evictIncomplete(why string) bool {
 	var heaviest *client
 	for _, cl := range d.clients {
-		if cl.incomplete.n > 0 && (heaviest == nil || cl.incomplete.n > heaviest.incomplete.n) {
+		if cl.incomplete.n == 0 || heaviest != nil && cl.incomplete.n < heaviest.incomplete.n {
+			continue
+		}
+		// Between clients holding as many, the one whose oldest
+		// incomplete connection has waited longest.
+		if heaviest == nil || cl.incomplete.n > heaviest.incomplete.n ||
+			incompleteSince(cl.incomplete.head).Before(incompleteSince(heaviest.incomplete.head)) {
 			heaviest = cl
 		}
 	}
@@ -292,11 +298,20 @@ func (d *dispatcher) evictIncomplete(why string) bool {
 	}
 	c := heaviest.incomplete.head
 	d.incompleteEvicted++
-	d.evictedAt = time.Now()
+	d.evictedAt = d.s.now()
 	d.logLimited(hclog.Debug, "evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
 	d.dropHead(c)
 	d.closeConn(c)
 	return true
+}
+
+// incompleteSince is when c started waiting for its head: its first byte in
+// state head, else its accept.
+func incompleteSince(c *conn) time.Time {
+	if c.state == stateHead {
+		return c.firstByte
+	}
+	return c.accepted
 }
 
 // underPressure reports whether admission is close to a bound: incomplete
