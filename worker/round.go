@@ -244,8 +244,12 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 			cs.handback = proto.Handback_PARTIAL_HEAD
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
-		if held >= pipelineRounds || round >= maxRoundsPerDispatch || cs.w.draining.Load() {
-			if cs.w.draining.Load() {
+		// A request that came in a hot wait is served even when a drain
+		// began meanwhile (its response closes the connection); input
+		// pipelined behind a response is not.
+		draining := held > 0 && cs.w.draining.Load()
+		if held >= pipelineRounds || round >= maxRoundsPerDispatch || draining {
+			if draining {
 				return proto.Disposition_LINGER, nil, cs.requests
 			}
 			cs.handback = proto.Handback_ROUNDS
