@@ -83,10 +83,18 @@ type Status struct {
 	HeadTimeoutSeconds      float64 `json:"head_timeout_seconds"`
 	// BodyBytes and BodyConns are the body budget in use: request bodies
 	// being received outside the pool.
-	BodyBytes int64    `json:"body_budget_bytes"`
-	BodyConns int      `json:"body_budget_connections"`
-	Stopping  bool     `json:"stopping"`
-	Workers   []Worker `json:"workers"`
+	BodyBytes int64 `json:"body_budget_bytes"`
+	BodyConns int   `json:"body_budget_connections"`
+	// The stream budget (docs/DESIGN.md §10): stream-class requests and
+	// upgraded connections open outside the pool, of StreamsMax, and how
+	// many of each the budget refused.
+	Streams         int      `json:"streams_open"`
+	Upgrades        int      `json:"upgrades_open"`
+	StreamsMax      int      `json:"streams_max"`
+	StreamsRefused  uint64   `json:"streams_refused"`
+	UpgradesRefused uint64   `json:"upgrades_refused"`
+	Stopping        bool     `json:"stopping"`
+	Workers         []Worker `json:"workers"`
 	// WorkerDeaths counts worker deaths since start by reason: seccomp,
 	// signal, exit, protocol, ping (only reasons seen are listed).
 	WorkerDeaths map[string]uint64 `json:"worker_deaths"`

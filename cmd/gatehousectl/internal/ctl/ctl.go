@@ -247,6 +247,8 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "admission\t%s: first byte within %s, head within %s; %d bytes of incomplete heads held\n",
 		mode, secs(s.FirstByteTimeoutSeconds), secs(s.HeadTimeoutSeconds), s.HeadBytes)
 	fmt.Fprintf(tw, "bodies\t%d connections receiving a body outside the pool, %d bytes charged\n", s.BodyConns, s.BodyBytes)
+	fmt.Fprintf(tw, "streams\t%d streams and %d upgraded connections open of %d; refused for the budget: %d streams, %d upgrades\n",
+		s.Streams, s.Upgrades, s.StreamsMax, s.StreamsRefused, s.UpgradesRefused)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -120,6 +120,7 @@ func TestStatusTable(t *testing.T) {
 			{Slot: 1, State: "dead", Restarts: 5, BackoffSeconds: 1.6},
 		},
 		WorkerDeaths: map[string]uint64{"seccomp": 2, "protocol": 1},
+		Streams:      7, Upgrades: 3, StreamsMax: 1024, StreamsRefused: 5, UpgradesRefused: 1,
 	}})
 	out, errs, code := run([]string{"-socket", sock, "status"}, nil)
 	if code != 0 {
@@ -128,6 +129,7 @@ func TestStatusTable(t *testing.T) {
 	for _, want := range []string{
 		"v1.2.3, pid 42, serving, up 2m5s", "/etc/gatehouse.hcl", "127.0.0.1:8080 [::1]:8080", "32 slots, 8 per client",
 		"SLOT", "SANDBOX", "+namespace/user +seccomp", "1.6s", "3 (protocol 1, seccomp 2)",
+		"7 streams and 3 upgraded connections open of 1024; refused for the budget: 5 streams, 1 upgrades",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
