@@ -255,16 +255,21 @@ upstream "echo" {
   max_connections = 1
 }
 route "/echo/" {
+  request_buffering = false
   proxy {
     upstream = "echo"
   }
 }
 route "/ok" {
+  request_buffering = false
   respond {
     body = "ok\n"
   }
 }
 `)
+	// Both routes stream request bodies, which hold their pool slot
+	// (buffered bodies are received outside the pool and hold no worker).
+	//
 	// Worker 0 (first on ties) proxies one request and keeps the
 	// connection idle in its pool.
 	cl := newClient(t, "127.0.0.2", h.addr)
