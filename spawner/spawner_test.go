@@ -142,3 +142,35 @@ func TestUnknownRequestEndsSpawner(t *testing.T) {
 		t.Errorf("Spawn after an unknown request succeeded")
 	}
 }
+
+// Where the kernel refuses its account user namespaces, the supervisor
+// starts the spawner keeping CAP_SYS_ADMIN: as the workers' account, with
+// that one capability and no other.
+func TestAmbientSysAdmin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("starting the spawner as another account needs root")
+	}
+	const id = 65530
+	c, _, err := Start(Options{
+		Path: "/proc/self/exe", Args: []string{Arg}, Stderr: os.Stderr,
+		Credential:  &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}},
+		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.PID()) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"Uid": "65530 65530 65530 65530", "CapEff": "0000000000200000", "CapAmb": "0000000000200000", "NoNewPrivs": "1"}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if w, ok := want[k]; ok {
+			if got := strings.Join(strings.Fields(v), " "); got != w {
+				t.Errorf("spawner %s = %q, want %q", k, got, w)
+			}
+		}
+	}
+}
