@@ -12,7 +12,12 @@ import (
 )
 
 // SetNoNewPrivs sets no_new_privs on every thread of the calling process.
-func SetNoNewPrivs() error { return sys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }
+func SetNoNewPrivs() error {
+	if cgoBuild {
+		return ErrCgo
+	}
+	return sys.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+}
 
 // DropSupervisor confines the supervisor after it bound its listeners and
 // started its spawner: no_new_privs on every thread and, when running as

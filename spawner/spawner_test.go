@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,6 +28,11 @@ func TestMain(m *testing.M) {
 			unix.Read(3, b)
 			os.Exit(0)
 		}
+	}
+	if err := sandbox.CheckBuild(); err != nil {
+		// The spawner sets no_new_privs, which a cgo build cannot.
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	os.Exit(m.Run())
 }

@@ -24,6 +24,9 @@ import (
 //   - Options.KeepRoot: stays root with no_new_privs and spawns the workers
 //     itself as worker_user, with a warning.
 func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
+	if err := sandbox.CheckBuild(); err != nil {
+		return err
+	}
 	log := s.log
 	if os.Geteuid() != 0 {
 		s.sharedUID = true
