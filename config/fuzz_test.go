@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParse checks that Parse never panics, that every failure is an *Error
@@ -35,9 +36,18 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("parsed with %d listeners and %d routes", len(cfg.Listeners), len(cfg.Routes))
 		}
 		for _, r := range cfg.Routes {
-			if (r.Static == nil) == (r.Respond == nil) || !strings.HasPrefix(r.Prefix, "/") {
+			handlers := 0
+			for _, set := range []bool{r.Static != nil, r.Respond != nil, r.Proxy != nil, r.Metrics != nil, r.Embedded != nil} {
+				if set {
+					handlers++
+				}
+			}
+			if handlers != 1 || !strings.HasPrefix(r.Prefix, "/") || r.Proxy != nil && r.Proxy.IdleTimeout < time.Second {
 				t.Fatalf("bad route %+v", r)
 			}
+		}
+		if cfg.Streams.Max < 1 || cfg.Streams.PerClient < 1 {
+			t.Fatalf("bad streams %+v", cfg.Streams)
 		}
 		if cfg.Workers.Count < 1 || cfg.Workers.Concurrency < 1 || cfg.Workers.Share() < 1 {
 			t.Fatalf("bad workers %+v", cfg.Workers)
