@@ -96,7 +96,7 @@ func topClients(snap Snapshot, n int) []adminapi.Client {
 	out := make([]adminapi.Client, 0, min(n, len(cl)))
 	for _, c := range cl[:min(n, len(cl))] {
 		out = append(out, adminapi.Client{Key: c.Key, Trusted: c.Trusted, Conns: c.Conns, Out: c.Out, Waiting: c.Waiting, Waits: c.Waits,
-			PenaltySeconds: c.Penalty.Seconds(), Deaths: c.Deaths})
+			PenaltySeconds: c.Penalty.Seconds(), Deaths: c.Deaths, BodyConns: c.BodyConns, BodyBytes: c.BodyBytes})
 	}
 	return out
 }

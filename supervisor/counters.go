@@ -179,6 +179,10 @@ type ClientInfo struct {
 	// Deaths counts the worker deaths of the last minute it had a
 	// connection at, toward a penalty.
 	Deaths int
+	// BodyConns and BodyBytes are its share of the body budget: bodies
+	// being received outside the pool.
+	BodyConns int
+	BodyBytes int64
 }
 
 // WorkerInfo is one worker slot's state.
@@ -263,7 +267,8 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.Upstreams = d.upstreamInfo(now)
 	for _, cl := range d.clients {
-		s.Clients = append(s.Clients, ClientInfo{Key: cl.key.String(), Trusted: cl.trusted, Conns: cl.conns, Out: cl.out, Waiting: cl.waiting.n, Waits: cl.waits})
+		s.Clients = append(s.Clients, ClientInfo{Key: cl.key.String(), Trusted: cl.trusted, Conns: cl.conns, Out: cl.out, Waiting: cl.waiting.n, Waits: cl.waits,
+			BodyConns: cl.bodyConns, BodyBytes: cl.bodyBytes})
 	}
 	// Keys in the penalty box, with their connections if they hold any.
 	s.Penalties = d.penalties.list(now)

@@ -207,7 +207,8 @@ route "/ok" {
 	defer b.Close()
 	b.Write([]byte("POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx"))
 	h.waitFor("the buffered request outside the pool", 10*time.Second, func(s supervisor.Snapshot) bool {
-		return s.Client("127.0.0.2").Out == 1 && s.BodyConns == 1 && s.BodyBytes == 10
+		c := s.Client("127.0.0.2")
+		return c.Out == 1 && s.BodyConns == 1 && s.BodyBytes == 10 && c.BodyConns == 1 && c.BodyBytes == 10
 	})
 	b.Write([]byte("123456789"))
 	b.SetReadDeadline(time.Now().Add(10 * time.Second))

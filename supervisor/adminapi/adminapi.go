@@ -163,6 +163,10 @@ type Client struct {
 	// Deaths counts the worker deaths of the last minute it had a
 	// connection at, toward a penalty.
 	Deaths int `json:"deaths"`
+	// BodyConns and BodyBytes are its share of the body budget: request
+	// bodies being received outside the pool.
+	BodyConns int   `json:"body_conns"`
+	BodyBytes int64 `json:"body_bytes"`
 }
 
 // Upstream is one upstream's connection budget and its addresses.

@@ -329,7 +329,7 @@ func printConns(w io.Writer, c *adminapi.Conns) error {
 
 func printClients(w io.Writer, cs []adminapi.Client) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLIENT\tSLOTS\tCONNS\tWAITING\tWAITS\tDEATHS\tREFUSED\tTRUSTED")
+	fmt.Fprintln(tw, "CLIENT\tSLOTS\tCONNS\tWAITING\tWAITS\tBODIES\tDEATHS\tREFUSED\tTRUSTED")
 	for _, c := range cs {
 		trusted := ""
 		if c.Trusted {
@@ -341,7 +341,13 @@ func printClients(w io.Writer, cs []adminapi.Client) error {
 		if c.PenaltySeconds > 0 {
 			refused = "for " + time.Duration(c.PenaltySeconds*float64(time.Second)).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", safe(c.Key), c.Out, c.Conns, c.Waiting, c.Waits, c.Deaths, refused, trusted)
+		// BODIES: connections receiving a body outside the pool, and the
+		// bytes they charge to the body budget.
+		bodies := "-"
+		if c.BodyConns > 0 {
+			bodies = fmt.Sprintf("%d (%d B)", c.BodyConns, c.BodyBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", safe(c.Key), c.Out, c.Conns, c.Waiting, c.Waits, bodies, c.Deaths, refused, trusted)
 	}
 	return tw.Flush()
 }

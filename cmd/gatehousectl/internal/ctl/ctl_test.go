@@ -199,24 +199,29 @@ func TestUpstreamsTable(t *testing.T) {
 }
 
 // A client key refused for having had connections at dying workers shows
-// its deaths and the penalty left.
+// its deaths and the penalty left; one receiving bodies outside the pool
+// shows its share of the body budget.
 func TestClientsTable(t *testing.T) {
 	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Clients: []adminapi.Client{
 		{Key: "127.0.0.2", Deaths: 0, PenaltySeconds: 41.7},
 		{Key: "127.0.0.3", Conns: 2, Out: 1, Deaths: 1},
+		{Key: "127.0.0.4", Conns: 3, BodyConns: 2, BodyBytes: 2000},
 	}})
 	out, errs, code := run([]string{"-socket", sock, "clients"}, nil)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "DEATHS") || !strings.Contains(lines[0], "REFUSED") {
+	if len(lines) != 4 || !strings.Contains(lines[0], "DEATHS") || !strings.Contains(lines[0], "REFUSED") || !strings.Contains(lines[0], "BODIES") {
 		t.Fatalf("clients output:\n%s", out)
 	}
-	if f := strings.Fields(lines[1]); len(f) != 8 || f[0] != "127.0.0.2" || f[6] != "for" || f[7] != "42s" {
+	if f := strings.Fields(lines[1]); len(f) != 9 || f[0] != "127.0.0.2" || f[7] != "for" || f[8] != "42s" {
 		t.Errorf("refused row %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); len(f) != 7 || f[0] != "127.0.0.3" || f[5] != "1" || f[6] != "-" {
+	if f := strings.Fields(lines[2]); len(f) != 8 || f[0] != "127.0.0.3" || f[5] != "-" || f[6] != "1" || f[7] != "-" {
 		t.Errorf("other row %q", lines[2])
+	}
+	if f := strings.Fields(lines[3]); len(f) != 10 || f[0] != "127.0.0.4" || f[5] != "2" || f[6] != "(2000" {
+		t.Errorf("bodies row %q", lines[3])
 	}
 }
