@@ -38,6 +38,11 @@ sandbox {
   seccomp_action = "kill"
 }
 `)
+	// The supervisor reopens the log as the account it dropped to (nobody
+	// here), as logrotate's create would arrange: let it create the file.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	p := startBinary(t, dir, 0, "-config", "gatehouse.hcl")
 	p.waitServing(t, "/") // logged under another path than the clients'
 
@@ -86,6 +91,15 @@ sandbox {
 		}
 		p.cmd.Process.Signal(sig)
 		rotated++
+		// The supervisor reopens, creating the file again.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "access.log")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rotation %d: access.log not reopened within 10s", r)
+			}
+		}
 	}
 	wg.Wait()
 	close(errs)
