@@ -283,6 +283,7 @@ upstream "up" {
 route "/up/" {
   proxy {
     upstream = "up"
+    upgrade  = ["websocket"]
   }
 }
 route "/metrics" {
@@ -353,6 +354,22 @@ func startExerciseUpstream(tb testing.TB) string {
 			hash := sha256.New()
 			n, _ := io.Copy(hash, r.Body)
 			fmt.Fprintf(w, "%d %x\n", n, hash.Sum(nil))
+		case "ws":
+			// A WebSocket echo: the relay (splice) under the sandbox.
+			c, bw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			fmt.Fprintf(bw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+				wsAccept(r.Header.Get("Sec-WebSocket-Key")))
+			bw.Flush()
+			for {
+				op, p, err := wsReadFrame(bw)
+				if err != nil || op == wsClose || wsWriteFrame(c, op, p, false) != nil {
+					return
+				}
+			}
 		case "untyped":
 			w.Header()["Content-Type"] = nil // net/http would guess text/html
 			w.Write([]byte("<html><script>alert(1)</script></html>"))
@@ -545,6 +562,22 @@ func TestHandlerPathsStrictSandbox(t *testing.T) {
 		{method: "GET", target: "/up/untyped", status: 200, check: wantHeader("Content-Type", "")},
 		{method: "GET", target: "/up/missing", status: 404},
 	})
+
+	// proxy upgrade: a WebSocket relayed (spliced) both ways, then closed
+	// by the client.
+	ws, status := wsDial(t, "127.0.0.1", h.addr, "/up/ws")
+	if ws == nil {
+		t.Fatalf("WebSocket handshake: %d", status)
+	}
+	for _, n := range []int{0, 125, 126, 65536, 500000} {
+		if err := ws.exchange(wsBinary, bytes.Repeat([]byte{byte(n)}, n)); err != nil {
+			t.Fatalf("WebSocket message of %d bytes: %v", n, err)
+		}
+	}
+	wsWriteFrame(ws.c, wsClose, nil, true)
+	if err := expectClosed(ws.c, 10*time.Second); err != nil {
+		t.Fatalf("WebSocket after its close: %v", err)
+	}
 
 	checkNoDeaths(t, h)
 }
