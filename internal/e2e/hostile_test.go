@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,16 +197,23 @@ func hostileChannel() *ipc.Stream {
 // Flood parameters, shared with TestHostileWorkerFlood.
 const (
 	floodRequests = 100000
-	// floodStall is how long the flooding worker reads nothing at all,
-	// neither replies nor pings, before it starts reading and counting.
-	floodStall = 3 * time.Second
+	// floodRead is the signal that ends the flooding worker's stall: the
+	// test sends it once it saw what must happen while the worker reads
+	// nothing.
+	floodRead = syscall.SIGUSR1
+	// floodStallMax bounds the stall without the signal, below the
+	// supervisor's 10 s ping timeout (the stalled worker answers no ping).
+	floodStallMax = 8 * time.Second
 )
 
 // floodWorker sends floodRequests Dials for hostileUpstream from one
-// goroutine without waiting for a reply; for floodStall it reads nothing,
-// then it reads and counts every reply. It serves a client it is
-// dispatched with a canned response, answers pings and exits on Drain.
+// goroutine without waiting for a reply; until floodRead (at most
+// floodStallMax) it reads nothing at all, neither replies nor pings, then
+// it reads and counts every reply. It serves a client it is dispatched
+// with a canned response, answers pings and exits on Drain.
 func floodWorker() int {
+	read := make(chan os.Signal, 1)
+	signal.Notify(read, floodRead)
 	ch := hostileChannel()
 	fmt.Fprintln(os.Stderr, "hostile: flood started")
 	var sent atomic.Int64
@@ -218,8 +227,13 @@ func floodWorker() int {
 			sent.Add(1)
 		}
 	}()
-	time.Sleep(floodStall)
-	fmt.Fprintf(os.Stderr, "hostile: flood reading sent=%d\n", sent.Load())
+	signaled := false
+	select {
+	case <-read:
+		signaled = true
+	case <-time.After(floodStallMax):
+	}
+	fmt.Fprintf(os.Stderr, "hostile: flood reading sent=%d signaled=%v\n", sent.Load(), signaled)
 	seen := make([]bool, floodRequests+1)
 	var overloaded, dials, timedOut, refused, ok, strange int
 	reported := false
