@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 )
 
@@ -77,4 +78,52 @@ func (h *headRecorder) Read(p []byte) (int, error) {
 		h.buf = append(h.buf, p[:min(n, maxRawHead-len(h.buf))]...)
 	}
 	return n, err
+}
+
+// pending reports how many input bytes are already held above the socket.
+func (cs *connServer) pending() int { return cs.br.Buffered() + cs.carried.Len() }
+
+// skipEmptyLines drops the empty lines a client may send after a request
+// (RFC 9112 §2.2: a server SHOULD ignore at least one before a request) when
+// they are all that is buffered, so that they do not start a round that then
+// waits for a head. Empty lines before a buffered request are left to the
+// head parser and its bound.
+func (cs *connServer) skipEmptyLines() {
+	n := cs.br.Buffered()
+	if n == 0 || n > 8 || cs.carried.Len() > 0 {
+		return
+	}
+	b, _ := cs.br.Peek(n)
+	for _, c := range b {
+		if c != '\r' && c != '\n' {
+			return
+		}
+	}
+	cs.br.Discard(n)
+}
+
+// leftover returns the held input, to carry back to the supervisor.
+func (cs *connServer) leftover() []byte {
+	b, _ := cs.br.Peek(cs.br.Buffered())
+	out := append([]byte(nil), b...)
+	rest := make([]byte, cs.carried.Len())
+	cs.carried.Read(rest)
+	return append(out, rest...)
+}
+
+// pendingInput returns a copy of the held input without consuming it.
+func (cs *connServer) pendingInput() []byte {
+	b, _ := cs.br.Peek(cs.br.Buffered())
+	c := cs.d.GetCarried()
+	return append(append([]byte(nil), b...), c[len(c)-cs.carried.Len():]...)
+}
+
+// headDecided reports whether the held input holds a complete (or invalid,
+// or oversized) head, without copying it in the common case.
+func (cs *connServer) headDecided() bool {
+	if cs.carried.Len() == 0 {
+		b, _ := cs.br.Peek(cs.br.Buffered())
+		return headend.Decided(b)
+	}
+	return headend.Decided(cs.pendingInput())
 }
