@@ -32,6 +32,10 @@ const (
 	// calmAfter how long it must be gone before it ends.
 	stressAfter = time.Second
 	calmAfter   = 10 * time.Second
+	// stressMinFirstByte is the shortest first-byte timeout stress mode
+	// sets: a legitimate client whose request is delayed by a busy network
+	// or machine must still get in (postscreen's stress greet wait is 2 s).
+	stressMinFirstByte = 2 * time.Second
 )
 
 // canned408 is written, without blocking, to a connection whose head did not
@@ -70,10 +74,11 @@ type headWatch struct {
 
 // firstByteTimeout is the live first-byte timeout, shrunk in stress mode.
 func (d *dispatcher) firstByteTimeout() time.Duration {
+	t := d.cfg.Limits.FirstByteTimeout
 	if d.stress {
-		return max(d.cfg.Limits.FirstByteTimeout/stressDivisor, 200*time.Millisecond)
+		return min(t, max(t/stressDivisor, stressMinFirstByte))
 	}
-	return d.cfg.Limits.FirstByteTimeout
+	return t
 }
 
 // headTimeout is the live head deadline, shrunk in stress mode.

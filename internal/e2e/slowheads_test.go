@@ -199,9 +199,10 @@ func TestSlowHeadsDistributed(t *testing.T) {
 
 			t.Logf("attack: %d dials, peak %d open, %d closed by the server; legitimate: %d/%d answered, failures %v",
 				a.dials.Load(), a.peak.Load(), a.closedByServer.Load(), answered, sent, failures)
-			t.Logf("dispatcher: conns %v, stress %v (first byte %v, head %v), counters: dispatches %d, timeout_head %d, timeout_head_gap %d, incomplete_evicted %d, refused_queued %d, refused_per_client %d",
+			t.Logf("dispatcher: conns %v, stress %v (first byte %v, head %v), counters: dispatches %d, timeout_first_byte %d, timeout_head %d, timeout_head_gap %d, incomplete_evicted %d, refused_queued %d, refused_per_client %d",
 				during.Conns, during.Stress, during.FirstByteTimeout, during.HeadTimeout,
 				during.Counters["dispatches"]-before.Counters["dispatches"],
+				during.Counters["timeout_first_byte"]-before.Counters["timeout_first_byte"],
 				during.Counters["timeout_head"]-before.Counters["timeout_head"],
 				during.Counters["timeout_head_gap"]-before.Counters["timeout_head_gap"],
 				during.Counters["incomplete_evicted"]-before.Counters["incomplete_evicted"],
