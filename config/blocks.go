@@ -41,6 +41,7 @@ var (
 	}
 	listenerSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}, {Name: "proxy_protocol"}},
+		Blocks:     listenerBlocks,
 	}
 	workersSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}},
@@ -285,7 +286,9 @@ func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range
 	} else {
 		names[name] = b.DefRange
 	}
-	attrs := d.attrs(b, listenerSchema)
+	content, diags := b.Body.Content(listenerSchema)
+	d.add(diags)
+	attrs := content.Attributes
 	qname := fmt.Sprintf("listener %q: address", name)
 	s, rng, found := stringAttr(d, attrs, "address", qname)
 	if !found {
@@ -305,8 +308,19 @@ func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range
 	addrs[ap] = name
 	var proxy bool
 	boolAttr(d, attrs, "proxy_protocol", fmt.Sprintf("listener %q: proxy_protocol", name), &proxy)
+	var tls *TLS
+	for i, tb := range content.Blocks {
+		if i > 0 {
+			d.errorf(tb.DefRange, "Duplicate tls block", "listener %q has more than one tls block.", name)
+			ok = false
+			continue
+		}
+		if tls = d.tls(tb, name, cfg.BaseDir); tls == nil {
+			ok = false
+		}
+	}
 	if ok {
-		cfg.Listeners = append(cfg.Listeners, Listener{Name: name, Address: ap, ProxyProtocol: proxy})
+		cfg.Listeners = append(cfg.Listeners, Listener{Name: name, Address: ap, ProxyProtocol: proxy, TLS: tls})
 	}
 }
 

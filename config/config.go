@@ -101,6 +101,8 @@ type Listener struct {
 	// or v2) first on every connection, accepted only from
 	// trusted_proxies, and key the client by its source address.
 	ProxyProtocol bool
+	// TLS, when set, makes it an HTTPS listener (docs/DESIGN.md §9).
+	TLS *TLS
 }
 
 // Workers is the `workers` block.

@@ -41,6 +41,12 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 	}}})
 	bodyStart := frame(&proto.Frame{Id: 9, Body: &proto.Frame_BodyStart{BodyStart: &proto.BodyStart{ConnId: 17, Length: 1000000}}})
 	bodyDone := frame(&proto.Frame{Id: 10, Body: &proto.Frame_BodyDone{BodyDone: &proto.BodyDone{ConnId: 17}}})
+	sign := frame(&proto.Frame{Id: 11, Body: &proto.Frame_Sign{Sign: &proto.Sign{
+		KeyId: 1, Hash: 5, Digest: make([]byte, 32), Pss: true,
+	}}})
+	signHuge := frame(&proto.Frame{Id: 12, Body: &proto.Frame_Sign{Sign: &proto.Sign{
+		KeyId: 1 << 31, Hash: 1 << 31, Digest: make([]byte, 4096),
+	}}})
 	accessLog := frame(&proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}})
 	return []fuzzSeed{
 		{"ready", ready, 0},
@@ -49,6 +55,10 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 		{"body-start", bodyStart, 0},
 		{"body-done", bodyDone, 0},
 		{"body-start-with-fd", bodyStart, 1},
+		{"sign", sign, 0},
+		{"sign-with-fd", sign, 1},
+		{"sign-huge-fields", signHuge, 0},
+		{"truncated-sign", sign[:len(sign)-7], 0},
 		{"done", done, 0},
 		{"done-linger", doneClose, 0},
 		{"pong", pong, 0},

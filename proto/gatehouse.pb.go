@@ -245,6 +245,8 @@ type Frame struct {
 	//	*Frame_Pressure
 	//	*Frame_StreamStart
 	//	*Frame_StreamReply
+	//	*Frame_Sign
+	//	*Frame_SignReply
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -519,6 +521,24 @@ func (x *Frame) GetStreamReply() *StreamReply {
 	return nil
 }
 
+func (x *Frame) GetSign() *Sign {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_Sign); ok {
+			return x.Sign
+		}
+	}
+	return nil
+}
+
+func (x *Frame) GetSignReply() *SignReply {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_SignReply); ok {
+			return x.SignReply
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -635,6 +655,16 @@ type Frame_StreamReply struct {
 	StreamReply *StreamReply `protobuf:"bytes,26,opt,name=stream_reply,json=streamReply,proto3,oneof"`
 }
 
+type Frame_Sign struct {
+	// Worker request: a TLS handshake's signature with a key the
+	// supervisor holds; answered by SignReply (or Overloaded).
+	Sign *Sign `protobuf:"bytes,27,opt,name=sign,proto3,oneof"`
+}
+
+type Frame_SignReply struct {
+	SignReply *SignReply `protobuf:"bytes,28,opt,name=sign_reply,json=signReply,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -684,6 +714,10 @@ func (*Frame_Pressure) isFrame_Body() {}
 func (*Frame_StreamStart) isFrame_Body() {}
 
 func (*Frame_StreamReply) isFrame_Body() {}
+
+func (*Frame_Sign) isFrame_Body() {}
+
+func (*Frame_SignReply) isFrame_Body() {}
 
 // StreamStart tells the supervisor that a connection the worker holds turns
 // long-lived: a request on a stream-class route, or a connection about to be
@@ -1601,7 +1635,10 @@ type Hello struct {
 	ConfigName  string `protobuf:"bytes,3,opt,name=config_name,json=configName,proto3" json:"config_name,omitempty"`
 	Concurrency uint32 `protobuf:"varint,4,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	// base_dir resolves relative paths in config, as the supervisor did.
-	BaseDir       string `protobuf:"bytes,5,opt,name=base_dir,json=baseDir,proto3" json:"base_dir,omitempty"`
+	BaseDir string `protobuf:"bytes,5,opt,name=base_dir,json=baseDir,proto3" json:"base_dir,omitempty"`
+	// certificates are the TLS listeners' certificate chains, without their
+	// private keys: a worker signs through Sign.
+	Certificates  []*TLSCertificate `protobuf:"bytes,6,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1669,6 +1706,13 @@ func (x *Hello) GetBaseDir() string {
 		return x.BaseDir
 	}
 	return ""
+}
+
+func (x *Hello) GetCertificates() []*TLSCertificate {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
 }
 
 // SandboxLayer reports one sandbox layer's outcome.
@@ -1801,8 +1845,12 @@ type Dispatch struct {
 	Requests uint32 `protobuf:"varint,7,opt,name=requests,proto3" json:"requests,omitempty"`
 	// accepted_unix_nano is when the supervisor accepted the connection.
 	AcceptedUnixNano int64 `protobuf:"varint,8,opt,name=accepted_unix_nano,json=acceptedUnixNano,proto3" json:"accepted_unix_nano,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// tls: the connection is on a TLS listener; the worker runs the
+	// handshake with that listener's certificates (listener_name).
+	Tls           bool   `protobuf:"varint,9,opt,name=tls,proto3" json:"tls,omitempty"`
+	ListenerName  string `protobuf:"bytes,10,opt,name=listener_name,json=listenerName,proto3" json:"listener_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Dispatch) Reset() {
@@ -1889,6 +1937,20 @@ func (x *Dispatch) GetAcceptedUnixNano() int64 {
 		return x.AcceptedUnixNano
 	}
 	return 0
+}
+
+func (x *Dispatch) GetTls() bool {
+	if x != nil {
+		return x.Tls
+	}
+	return false
+}
+
+func (x *Dispatch) GetListenerName() string {
+	if x != nil {
+		return x.ListenerName
+	}
+	return ""
 }
 
 // Done returns a connection to the supervisor.
@@ -2196,12 +2258,208 @@ func (*Drain) Descriptor() ([]byte, []int) {
 	return file_gatehouse_proto_rawDescGZIP(), []int{27}
 }
 
+// TLSCertificate is one certificate of a TLS listener: its chain (leaf
+// first, DER) and the id of its private key in the supervisor. The first
+// certificate of a listener is its default (clients without SNI, or whose
+// name no certificate covers).
+type TLSCertificate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Listener      string                 `protobuf:"bytes,1,opt,name=listener,proto3" json:"listener,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Chain         [][]byte               `protobuf:"bytes,3,rep,name=chain,proto3" json:"chain,omitempty"`
+	KeyId         uint32                 `protobuf:"varint,4,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TLSCertificate) Reset() {
+	*x = TLSCertificate{}
+	mi := &file_gatehouse_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TLSCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TLSCertificate) ProtoMessage() {}
+
+func (x *TLSCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TLSCertificate.ProtoReflect.Descriptor instead.
+func (*TLSCertificate) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TLSCertificate) GetListener() string {
+	if x != nil {
+		return x.Listener
+	}
+	return ""
+}
+
+func (x *TLSCertificate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TLSCertificate) GetChain() [][]byte {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
+func (x *TLSCertificate) GetKeyId() uint32 {
+	if x != nil {
+		return x.KeyId
+	}
+	return 0
+}
+
+// Sign asks the supervisor to sign a TLS handshake's digest with the private
+// key key_id. hash is the Go crypto.Hash of the digest (SHA-256, SHA-384 or
+// SHA-512) and digest must be exactly its size; pss selects RSASSA-PSS
+// (salt length equal to the hash) for an RSA key.
+type Sign struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KeyId         uint32                 `protobuf:"varint,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Hash          uint32                 `protobuf:"varint,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	Digest        []byte                 `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	Pss           bool                   `protobuf:"varint,4,opt,name=pss,proto3" json:"pss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sign) Reset() {
+	*x = Sign{}
+	mi := &file_gatehouse_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sign) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sign) ProtoMessage() {}
+
+func (x *Sign) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sign.ProtoReflect.Descriptor instead.
+func (*Sign) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Sign) GetKeyId() uint32 {
+	if x != nil {
+		return x.KeyId
+	}
+	return 0
+}
+
+func (x *Sign) GetHash() uint32 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+func (x *Sign) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+func (x *Sign) GetPss() bool {
+	if x != nil {
+		return x.Pss
+	}
+	return false
+}
+
+// SignReply carries the signature, or error when signing failed.
+type SignReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Signature     []byte                 `protobuf:"bytes,1,opt,name=signature,proto3" json:"signature,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignReply) Reset() {
+	*x = SignReply{}
+	mi := &file_gatehouse_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignReply) ProtoMessage() {}
+
+func (x *SignReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignReply.ProtoReflect.Descriptor instead.
+func (*SignReply) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SignReply) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *SignReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xf8\n" +
-	"\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xdc\v\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -2238,7 +2496,10 @@ const file_gatehouse_proto_rawDesc = "" +
 	"body_reply\x18\x17 \x01(\v2\x17.gatehouse.v1.BodyReplyH\x00R\tbodyReply\x124\n" +
 	"\bpressure\x18\x18 \x01(\v2\x16.gatehouse.v1.PressureH\x00R\bpressure\x12>\n" +
 	"\fstream_start\x18\x19 \x01(\v2\x19.gatehouse.v1.StreamStartH\x00R\vstreamStart\x12>\n" +
-	"\fstream_reply\x18\x1a \x01(\v2\x19.gatehouse.v1.StreamReplyH\x00R\vstreamReplyB\x06\n" +
+	"\fstream_reply\x18\x1a \x01(\v2\x19.gatehouse.v1.StreamReplyH\x00R\vstreamReply\x12(\n" +
+	"\x04sign\x18\x1b \x01(\v2\x12.gatehouse.v1.SignH\x00R\x04sign\x128\n" +
+	"\n" +
+	"sign_reply\x18\x1c \x01(\v2\x17.gatehouse.v1.SignReplyH\x00R\tsignReplyB\x06\n" +
 	"\x04body\"@\n" +
 	"\vStreamStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
@@ -2284,21 +2545,22 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x05level\x18\x01 \x01(\tR\x05level\"\v\n" +
 	"\tAccessLog\"\x1a\n" +
 	"\bPressure\x12\x0e\n" +
-	"\x02on\x18\x01 \x01(\bR\x02on\"\x9a\x01\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\"\xdc\x01\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\rR\bworkerId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x1f\n" +
 	"\vconfig_name\x18\x03 \x01(\tR\n" +
 	"configName\x12 \n" +
 	"\vconcurrency\x18\x04 \x01(\rR\vconcurrency\x12\x19\n" +
-	"\bbase_dir\x18\x05 \x01(\tR\abaseDir\"T\n" +
+	"\bbase_dir\x18\x05 \x01(\tR\abaseDir\x12@\n" +
+	"\fcertificates\x18\x06 \x03(\v2\x1c.gatehouse.v1.TLSCertificateR\fcertificates\"T\n" +
 	"\fSandboxLayer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aapplied\x18\x02 \x01(\bR\aapplied\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"M\n" +
 	"\x05Ready\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\rR\x03pid\x122\n" +
-	"\x06layers\x18\x02 \x03(\v2\x1a.gatehouse.v1.SandboxLayerR\x06layers\"\xed\x01\n" +
+	"\x06layers\x18\x02 \x03(\v2\x1a.gatehouse.v1.SandboxLayerR\x06layers\"\xa4\x02\n" +
 	"\bDispatch\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x15\n" +
 	"\x06has_fd\x18\x02 \x01(\bR\x05hasFd\x12\x1a\n" +
@@ -2308,7 +2570,10 @@ const file_gatehouse_proto_rawDesc = "" +
 	"client_key\x18\x05 \x01(\tR\tclientKey\x12\x18\n" +
 	"\acarried\x18\x06 \x01(\fR\acarried\x12\x1a\n" +
 	"\brequests\x18\a \x01(\rR\brequests\x12,\n" +
-	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\"\xe4\x02\n" +
+	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\x12\x10\n" +
+	"\x03tls\x18\t \x01(\bR\x03tls\x12#\n" +
+	"\rlistener_name\x18\n" +
+	" \x01(\tR\flistenerName\"\xe4\x02\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +
@@ -2327,7 +2592,20 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x04Pong\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06active\x18\x02 \x01(\rR\x06active\"\a\n" +
-	"\x05Drain*Q\n" +
+	"\x05Drain\"m\n" +
+	"\x0eTLSCertificate\x12\x1a\n" +
+	"\blistener\x18\x01 \x01(\tR\blistener\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05chain\x18\x03 \x03(\fR\x05chain\x12\x15\n" +
+	"\x06key_id\x18\x04 \x01(\rR\x05keyId\"[\n" +
+	"\x04Sign\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\rR\x05keyId\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\rR\x04hash\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\fR\x06digest\x12\x10\n" +
+	"\x03pss\x18\x04 \x01(\bR\x03pss\"?\n" +
+	"\tSignReply\x12\x1c\n" +
+	"\tsignature\x18\x01 \x01(\fR\tsignature\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error*Q\n" +
 	"\vDisposition\x12\x1b\n" +
 	"\x17DISPOSITION_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2366,7 +2644,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Handback)(0),           // 1: gatehouse.v1.Handback
@@ -2399,6 +2677,9 @@ var file_gatehouse_proto_goTypes = []any{
 	(*Ping)(nil),            // 28: gatehouse.v1.Ping
 	(*Pong)(nil),            // 29: gatehouse.v1.Pong
 	(*Drain)(nil),           // 30: gatehouse.v1.Drain
+	(*TLSCertificate)(nil),  // 31: gatehouse.v1.TLSCertificate
+	(*Sign)(nil),            // 32: gatehouse.v1.Sign
+	(*SignReply)(nil),       // 33: gatehouse.v1.SignReply
 }
 var file_gatehouse_proto_depIdxs = []int32{
 	22, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
@@ -2426,16 +2707,19 @@ var file_gatehouse_proto_depIdxs = []int32{
 	21, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
 	4,  // 23: gatehouse.v1.Frame.stream_start:type_name -> gatehouse.v1.StreamStart
 	5,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
-	23, // 25: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 26: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	2,  // 27: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	27, // 28: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	1,  // 29: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	32, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
+	33, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
+	31, // 27: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
+	23, // 28: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 29: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	2,  // 30: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	27, // 31: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	1,  // 32: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -2469,6 +2753,8 @@ func file_gatehouse_proto_init() {
 		(*Frame_Pressure)(nil),
 		(*Frame_StreamStart)(nil),
 		(*Frame_StreamReply)(nil),
+		(*Frame_Sign)(nil),
+		(*Frame_SignReply)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2476,7 +2762,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

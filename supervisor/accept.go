@@ -45,6 +45,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 	}
 	l := d.listeners[i]
 	proxy := d.proxyListener(l.name)
+	tls := d.tlsListener(l.name)
 	for n := 0; n < acceptBatch; n++ {
 		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.heldFDs+d.fdReserve >= d.fdLimit &&
 			!d.evictIdle("descriptor reserve") && !d.evictIncomplete("descriptor reserve") {
@@ -72,7 +73,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			d.logLimited(hclog.Warn, "accept", "accept failed", "listener", l.name, "error", err)
 			return
 		}
-		d.admit(fd, l.id, sockaddrAddrPort(sa), proxy, now)
+		d.admit(fd, l.id, sockaddrAddrPort(sa), proxy, tls, now)
 	}
 }
 
@@ -87,7 +88,7 @@ func (d *dispatcher) pauseAccept(now time.Time, why string) {
 // Only the per-client cap (and, on a proxy_protocol listener, an untrusted
 // peer) refuses a newcomer; the queued-connection cap makes room instead, by
 // closing the oldest incomplete connection of the heaviest client.
-func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy bool, now time.Time) {
+func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, tls bool, now time.Time) {
 	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
 	cl := d.clients[key]
 	if cl == nil {
@@ -116,7 +117,7 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy b
 		return
 	}
 	d.nextID++
-	c := &conn{id: d.nextID, fd: fd, client: cl, listener: listener, peer: peer, accepted: now, fresh: true}
+	c := &conn{id: d.nextID, fd: fd, client: cl, listener: listener, peer: peer, accepted: now, fresh: true, tls: tls}
 	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
 		unix.Close(fd)
 		d.logLimited(hclog.Warn, "epoll-add", "registering connection", "error", err)

@@ -52,6 +52,8 @@ type conn struct {
 	requests uint32 // requests served so far
 	carried  []byte // input read by a worker and not yet consumed
 	fresh    bool   // counted against max_queued_connections
+	tls      bool   // accepted on a TLS listener
+	lowat    bool   // SO_RCVLOWAT raised to wait for a whole TLS record
 	worker   *workerProc
 
 	deadline     time.Time // when the current timer list expires it

@@ -45,6 +45,10 @@ type counters struct {
 	upstreamRefused  uint64
 	upstreamErrors   uint64
 	rateLimited      uint64
+	tlsPlainHTTP     uint64
+	tlsNotTLS        uint64
+	tlsSigns         uint64
+	tlsSignErrors    uint64
 	outcomes         [5]uint64 // by proto.Outcome
 	handbacks        [6]uint64 // by proto.Handback
 	hotRequests      uint64
@@ -234,6 +238,10 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"upstream_refused":   d.c.upstreamRefused,
 			"upstream_errors":    d.c.upstreamErrors,
 			"rate_limited":       d.c.rateLimited,
+			"tls_plain_http":     d.c.tlsPlainHTTP,
+			"tls_not_tls":        d.c.tlsNotTLS,
+			"tls_signs":          d.c.tlsSigns,
+			"tls_sign_errors":    d.c.tlsSignErrors,
 			// Counted by the relay goroutines, not the loop.
 			"worker_log_lines_dropped": d.s.logDropped.Load(),
 			// A gauge, not a counter: the rate limiter's buckets now.

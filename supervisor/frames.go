@@ -92,7 +92,7 @@ func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 	case *proto.Frame_Pong:
 		w.lastPong = now
 	case *proto.Frame_Dial, *proto.Frame_RateCheck, *proto.Frame_StatsRequest, *proto.Frame_UpstreamRelease, *proto.Frame_Reclaimed,
-		*proto.Frame_BodyStart, *proto.Frame_BodyDone, *proto.Frame_StreamStart:
+		*proto.Frame_BodyStart, *proto.Frame_BodyDone, *proto.Frame_StreamStart, *proto.Frame_Sign:
 		return d.request(w, f, now)
 	default:
 		d.killWorker(w, fmt.Sprintf("unexpected frame %T", f.Body))

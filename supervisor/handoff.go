@@ -89,7 +89,11 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 		Carried:          c.carried,
 		Requests:         c.requests,
 		AcceptedUnixNano: c.accepted.UnixNano(),
+		Tls:              c.tls,
 	}}}
+	if c.tls {
+		f.GetDispatch().ListenerName = d.listenerName(c.listener)
+	}
 	c.carried = nil
 	d.send(w, f, c.fd)
 }

@@ -122,6 +122,10 @@ func startLoop(t *testing.T, src string) *loopHarness {
 	}
 	s.publishListeners(s.boot.listeners)
 	s.boot.spec = &workerSpec{cfg: cfg}
+	if s.boot.keys, err = loadKeyring(cfg); err != nil {
+		s.closeListeners()
+		t.Fatal(err)
+	}
 	if s.poller, err = poll.New(); err != nil {
 		s.closeListeners()
 		t.Fatal(err)

@@ -99,6 +99,10 @@ func gapDeadline(c *conn) time.Time                   { return c.lastByte.Add(he
 // It dispatches the connection when its head is decided and otherwise keeps
 // it parked in state head.
 func (d *dispatcher) readHead(c *conn, now time.Time) {
+	if c.tls {
+		d.readTLS(c, now)
+		return
+	}
 	if c.state != stateHead {
 		n, _, err := unix.Recvfrom(c.fd, d.peekBuf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		switch {

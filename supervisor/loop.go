@@ -169,6 +169,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		for _, w := range d.workers {
 			d.send(w, &proto.Frame{Body: &proto.Frame_LogLevel{LogLevel: &proto.LogLevel{Level: m.level}}}, -1)
 		}
+	case signMsg:
+		d.signed(m)
 	case snapshotReq:
 		m.reply <- d.snapshot(now)
 	case statsRendered:
@@ -195,6 +197,11 @@ func (d *dispatcher) expire(now time.Time) {
 		d.waitTimers.remove(c)
 		if c.qlist != nil {
 			c.qlist.remove(c)
+		}
+		if c.tls {
+			// No plaintext into a TLS stream.
+			d.closeConn(c)
+			continue
 		}
 		unix.Write(c.fd, canned503)
 		unix.Shutdown(c.fd, unix.SHUT_WR)

@@ -67,6 +67,10 @@ var counterMetrics = map[string]struct {
 	"handback_stream":         {"handbacks_total", "Kept-alive connections handed back by workers, by reason.", "reason", "stream"},
 	"worker_log_lines_dropped": {"worker_log_lines_dropped_total",
 		"Lines of worker output the supervisor dropped over each worker's relay rate limit.", "", ""},
+	"tls_plain_http":  {"tls_refused_total", "Connections to a TLS listener closed before any worker saw them, by reason.", "reason", "plain_http"},
+	"tls_not_tls":     {"tls_refused_total", "Connections to a TLS listener closed before any worker saw them, by reason.", "reason", "not_tls"},
+	"tls_signs":       {"tls_signatures_total", "TLS handshake signatures made by the supervisor for workers.", "", ""},
+	"tls_sign_errors": {"tls_signature_errors_total", "TLS handshake signatures that failed.", "", ""},
 	// worker_deaths is exported by reason and signal from Deaths, below.
 	"worker_deaths": {},
 }

@@ -48,6 +48,8 @@ func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool 
 		return d.dial(w, f.GetId(), b.Dial.GetUpstream(), now)
 	case *proto.Frame_RateCheck:
 		return d.rateCheck(w, f.GetId(), b.RateCheck, now)
+	case *proto.Frame_Sign:
+		d.sign(w, f.GetId(), b.Sign)
 	case *proto.Frame_BodyStart:
 		d.bodyStart(w, f.GetId(), b.BodyStart, now)
 	case *proto.Frame_BodyDone:
@@ -73,6 +75,8 @@ func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
 		if d.upstreams[b.Dial.GetUpstream()] == nil {
 			return fmt.Sprintf("Dial for %q, which is no configured upstream", b.Dial.GetUpstream())
 		}
+	case *proto.Frame_Sign:
+		return d.validSign(b.Sign)
 	case *proto.Frame_RateCheck:
 		if c := d.conns[b.RateCheck.GetConnId()]; c == nil || c.worker != w {
 			return fmt.Sprintf("RateCheck for connection %d it does not hold", b.RateCheck.GetConnId())

@@ -69,6 +69,8 @@ type connTable struct {
 
 	// penalties refuses client keys present at too many worker deaths.
 	penalties *penaltyBox
+	// keys holds the TLS certificates and private keys read at start.
+	keys *keyring
 
 	out     int      // connections at workers
 	queued  int      // connections that have not finished a first request
@@ -134,6 +136,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		connTable: connTable{
 			conns:   make(map[uint64]*conn),
 			clients: make(map[netip.Addr]*client),
+			keys:    boot.keys,
 			penalties: newPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
 				boot.cfg.Limits.DeathPenaltyDuration, boot.cfg.Limits.DeathPenaltyMaxClients),
 		},

@@ -122,6 +122,7 @@ type loopInit struct {
 	spec      *workerSpec
 	listeners []listener
 	accessFD  int // the access log (-1: off)
+	keys      *keyring
 }
 
 // boundAddr is one listener's address as configured and as bound.
@@ -164,6 +165,12 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	// writable by the configured user (logrotate's create mode and owner).
 	if s.boot.accessFD, err = openAccessLog(cfg.Log); err != nil {
 		s.closeListeners()
+		return nil, err
+	}
+	// Read while the files may still be readable by root only; workers
+	// never can read them (docs/DESIGN.md §9).
+	if s.boot.keys, err = loadKeyring(cfg); err != nil {
+		s.closeEarly()
 		return nil, err
 	}
 	// With the listeners bound, the supervisor keeps no privilege it does

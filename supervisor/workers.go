@@ -85,11 +85,12 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 	}
 	cfg := w.spec.cfg
 	d.send(w, &proto.Frame{Body: &proto.Frame_Hello{Hello: &proto.Hello{
-		WorkerId:    uint32(w.slot),
-		Config:      cfg.Source,
-		ConfigName:  cfg.Filename,
-		Concurrency: uint32(cfg.Workers.Concurrency),
-		BaseDir:     cfg.BaseDir,
+		WorkerId:     uint32(w.slot),
+		Config:       cfg.Source,
+		ConfigName:   cfg.Filename,
+		Concurrency:  uint32(cfg.Workers.Concurrency),
+		BaseDir:      cfg.BaseDir,
+		Certificates: d.keys.hello(),
 	}}}, -1)
 	if cfg.Log.AccessLog {
 		d.sendAccessLog(w)

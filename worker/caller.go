@@ -55,6 +55,21 @@ func (c *caller) call(ctx context.Context, f *proto.Frame, orphan func(reply)) (
 	if err := c.slots.Acquire(ctx); err != nil {
 		return reply{fd: -1}, err
 	}
+	return c.send(ctx, f, orphan)
+}
+
+// callNow is call without waiting for an in-flight slot: with none free it
+// fails at once with errOverloaded.
+func (c *caller) callNow(ctx context.Context, f *proto.Frame) (reply, error) {
+	if c.slots.TryAcquire() != nil {
+		return reply{fd: -1}, errOverloaded
+	}
+	return c.send(ctx, f, closeReply)
+}
+
+// send sends a request whose in-flight slot is taken and waits for its
+// reply.
+func (c *caller) send(ctx context.Context, f *proto.Frame, orphan func(reply)) (reply, error) {
 	done := make(chan reply, 1)
 	c.mu.Lock()
 	c.next++

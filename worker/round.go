@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"golang.org/x/sys/unix"
 	"io"
@@ -61,14 +62,40 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	// os.NewFile puts it under the runtime's poller with deadlines, without
 	// the extra dup and close net.FileConn would cost on every round.
 	nc := os.NewFile(uintptr(fd), "conn")
-	cs := newConnServer(w, nc, d)
-	cs.fd = fd
-	disp, carried, requests = cs.serve()
-	outcome, responses = cs.outcome, cs.responses
-	handback, hot := cs.handback, cs.hotRequests
-	cs.release()
-	if disp == proto.Disposition_LINGER {
-		unix.Shutdown(fd, unix.SHUT_WR)
+	var tc *tls.Conn
+	outside := false // the connection gave its slot back for a body
+	var handback proto.Handback
+	var hot uint32
+	if d.GetTls() {
+		var err error
+		if tc, outcome, err = w.handshake(d, nc); err != nil {
+			w.log.Debug("TLS handshake failed", "conn", d.GetConnId(), "error", err)
+		}
+	}
+	if tc != nil || !d.GetTls() {
+		var cs *connServer
+		if tc != nil {
+			// The carried bytes were the ClientHello; the plaintext
+			// starts empty.
+			cs = newConnServer(w, tc, d)
+			cs.carried.Reset(nil)
+			cs.tls = true
+		} else {
+			cs = newConnServer(w, nc, d)
+			cs.fd = fd
+		}
+		disp, carried, requests = cs.serve()
+		outcome, responses, outside = cs.outcome, cs.responses, cs.outside
+		handback, hot = cs.handback, cs.hotRequests
+		cs.release()
+		if tc != nil && disp != proto.Disposition_KEEP_ALIVE {
+			// close_notify, bounded like any write.
+			nc.SetWriteDeadline(time.Now().Add(w.cfg.Limits.WriteTimeout))
+			tc.CloseWrite()
+		}
+		if disp == proto.Disposition_LINGER {
+			unix.Shutdown(fd, unix.SHUT_WR)
+		}
 	}
 	// Our copy is closed before Done: the supervisor then owns the
 	// connection alone.
@@ -86,7 +113,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	// The slot is released before Done is written: once the supervisor
 	// reads Done it may dispatch again at once, and must never find the slot
 	// still taken (the admission race, docs/DESIGN.md §2.6).
-	if !cs.outside {
+	if !outside {
 		w.active.Add(-1)
 	}
 	if err := w.ch.Send(done, -1); err != nil {
@@ -125,6 +152,7 @@ type connServer struct {
 	bw       *bufio.Writer
 
 	fd        int    // the connection's descriptor, or -1; owned by nc
+	tls       bool   // nc is a TLS connection
 	port      string // the local port, once asked
 	portAsked bool
 }
@@ -292,7 +320,10 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	keep = head.Persistent() &&
 		cs.requests < maxRequestsPerConn &&
 		time.Since(cs.accepted) < maxConnAge &&
-		!cs.w.draining.Load()
+		!cs.w.draining.Load() &&
+		// A TLS connection's state lives in this worker only, so it
+		// cannot be parked between requests without affinity.
+		!cs.tls
 
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), connKey{}, cs))
 	defer cancel()

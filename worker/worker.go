@@ -5,6 +5,7 @@
 package worker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -36,6 +37,7 @@ type Worker struct {
 
 	cfg    *config.Config           // set once by Hello
 	router *router                  // set once by Hello
+	tls    map[string]*tls.Config   // by listener name; set once by Hello
 	pools  map[string]*upstreamPool // by upstream name; set once by Hello
 	id     uint32
 	conc   int
@@ -185,7 +187,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			// send, so the supervisor's frames are always read.
 			pong := &proto.Frame{Body: &proto.Frame_Pong{Pong: &proto.Pong{Seq: b.Ping.GetSeq(), Active: uint32(w.active.Load())}}}
 			go w.ch.Send(pong, -1)
-		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply, *proto.Frame_StreamReply:
+		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply, *proto.Frame_StreamReply, *proto.Frame_SignReply:
 			w.calls.deliver(reply{f: f, fd: fd})
 		case *proto.Frame_Reclaim:
 			go w.reclaim(b.Reclaim.GetUpstream())
@@ -227,7 +229,11 @@ func (w *Worker) hello(h *proto.Hello) error {
 	if err != nil {
 		return err
 	}
-	w.cfg, w.router, w.id = cfg, rt, h.GetWorkerId()
+	tc, err := w.tlsConfigs(h.GetCertificates())
+	if err != nil {
+		return err
+	}
+	w.cfg, w.router, w.id, w.tls = cfg, rt, h.GetWorkerId(), tc
 	w.conc = max(1, int(h.GetConcurrency()))
 	w.hotWindow = cfg.Workers.HotWindow
 	w.hotMu.Lock()

@@ -57,6 +57,12 @@ func attack(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			f.Close()
 		}
+	case "read":
+		var f *os.File
+		f, err = os.Open(r.URL.Query().Get("path"))
+		if err == nil {
+			f.Close()
+		}
 	case "write":
 		var f *os.File
 		f, err = os.OpenFile(r.URL.Query().Get("path"), os.O_WRONLY|os.O_CREATE, 0o644)

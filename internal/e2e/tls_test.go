@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor"
+)
+
+// testCert is a self-signed certificate written for one test; its key file
+// is readable by root only, as a deployment's would be.
+type testCert struct {
+	cert, key string // file paths
+	der       []byte
+}
+
+// writeCert generates a self-signed certificate for names (ECDSA P-256, or
+// RSA 2048 when rsaKey) under dir. No key is ever committed.
+func writeCert(t *testing.T, dir, file string, rsaKey bool, names ...string) testCert {
+	t.Helper()
+	var key crypto.Signer
+	var err error
+	if rsaKey {
+		key, err = rsa.GenerateKey(rand.Reader, 2048)
+	} else {
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: names[0]},
+		DNSNames:              names,
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testCert{cert: filepath.Join(dir, file+".pem"), key: filepath.Join(dir, file+".key"), der: der}
+	if err := os.WriteFile(c.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// tlsSite is a harness with a TLS listener "https" holding three
+// certificates: an ECDSA default, an RSA one for rsa.test and an ECDSA one
+// for *.example.test.
+type tlsSite struct {
+	*harness
+	tlsAddr            string
+	def, rsa, wildcard testCert
+}
+
+func startTLS(t *testing.T, extra string) *tlsSite {
+	t.Helper()
+	keys := t.TempDir() // mode 0700: no worker account can search it
+	s := &tlsSite{
+		def:      writeCert(t, keys, "default", false, "default.test"),
+		rsa:      writeCert(t, keys, "rsa", true, "rsa.test"),
+		wildcard: writeCert(t, keys, "wildcard", false, "*.example.test"),
+	}
+	www := docRoot(t)
+	s.harness = start(t, fmt.Sprintf(`
+listener "https" {
+  address = "127.0.0.1:0"
+  tls {
+    certificate "default" {
+      cert = %q
+      key  = %q
+    }
+    certificate "rsa" {
+      cert = %q
+      key  = %q
+    }
+    certificate "wildcard" {
+      cert = %q
+      key  = %q
+    }
+  }
+}
+sandbox {
+  mode           = "strict"
+  seccomp_action = "kill"
+}
+%s
+%s`, s.def.cert, s.def.key, s.rsa.cert, s.rsa.key, s.wildcard.cert, s.wildcard.key, sandboxConfig(www), extra))
+	s.tlsAddr = s.sup.Addrs()[1].String()
+	return s
+}
+
+// curl runs curl --http1.1 against the TLS listener as host, trusting ca.
+func (s *tlsSite) curl(t *testing.T, host string, ca testCert, path string, args ...string) (string, error) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(s.tlsAddr)
+	a := append([]string{"-sS", "--http1.1", "--max-time", "10", "--cacert", ca.cert,
+		"--resolve", host + ":" + port + ":127.0.0.1", "https://" + host + ":" + port + path}, args...)
+	out, err := exec.Command("curl", a...).CombinedOutput()
+	return string(out), err
+}
+
+// Each server name gets its own certificate, verified by curl against that
+// certificate alone; a client without SNI gets the default; the keys stay
+// in the supervisor, which signed every full handshake.
+func TestTLSCertificatePerSNI(t *testing.T) {
+	s := startTLS(t, "")
+	signs := counter(t, s.snapshot(), "tls_signs")
+	for _, tc := range []struct {
+		host string
+		ca   testCert
+	}{
+		{"default.test", s.def},
+		{"rsa.test", s.rsa},
+		{"www.example.test", s.wildcard},
+	} {
+		out, err := s.curl(t, tc.host, tc.ca, "/ok")
+		if err != nil || out != "ok\n" {
+			t.Errorf("curl %s: err %v, output %q", tc.host, err, out)
+		}
+	}
+	// A name no certificate covers, and no name at all: the default.
+	for _, name := range []string{"unknown.test", "example.test", ""} {
+		c, err := tls.Dial("tcp", s.tlsAddr, &tls.Config{InsecureSkipVerify: true, ServerName: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.ConnectionState().PeerCertificates[0].Subject.CommonName; got != "default.test" {
+			t.Errorf("server name %q: the certificate is %q, want default.test", name, got)
+		}
+		c.Close()
+	}
+	// openssl s_client, by name.
+	_, port, _ := net.SplitHostPort(s.tlsAddr)
+	out, _ := exec.Command("openssl", "s_client", "-connect", "127.0.0.1:"+port, "-servername", "rsa.test", "-brief").CombinedOutput()
+	if !strings.Contains(string(out), "CN = rsa.test") && !strings.Contains(string(out), "CN=rsa.test") {
+		t.Errorf("openssl s_client -servername rsa.test:\n%s", out)
+	}
+	if got := counter(t, s.snapshot(), "tls_signs") - signs; got < 5 {
+		t.Errorf("the supervisor signed %d handshakes, want at least 5", got)
+	}
+}
+
+// TLS 1.0 and 1.1 and TLS 1.2 suites without ECDHE or AEAD are refused; TLS
+// 1.2 with ECDHE and AEAD and TLS 1.3 are served, with ALPN http/1.1.
+func TestTLSVersionsAndSuites(t *testing.T) {
+	s := startTLS(t, "")
+	for _, v := range []uint16{tls.VersionTLS10, tls.VersionTLS11} {
+		c, err := tls.Dial("tcp", s.tlsAddr, &tls.Config{InsecureSkipVerify: true, MinVersion: v, MaxVersion: v})
+		if err == nil {
+			c.Close()
+			t.Errorf("TLS version %x accepted", v)
+		}
+	}
+	for _, suite := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, tls.TLS_RSA_WITH_AES_128_GCM_SHA256} {
+		c, err := tls.Dial("tcp", s.tlsAddr, &tls.Config{InsecureSkipVerify: true, ServerName: "rsa.test", MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite}})
+		if err == nil {
+			c.Close()
+			t.Errorf("TLS 1.2 suite %s accepted", tls.CipherSuiteName(suite))
+		}
+	}
+	_, port, _ := net.SplitHostPort(s.tlsAddr)
+	out, err := exec.Command("openssl", "s_client", "-connect", "127.0.0.1:"+port, "-tls1_2",
+		"-cipher", "ECDHE-ECDSA-AES128-SHA256:ECDHE-RSA-AES128-SHA", "-servername", "default.test").CombinedOutput()
+	if err == nil {
+		t.Errorf("openssl s_client with CBC suites connected:\n%s", out)
+	}
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		for _, name := range []string{"default.test", "rsa.test"} {
+			c, err := tls.Dial("tcp", s.tlsAddr, &tls.Config{InsecureSkipVerify: true, ServerName: name, MinVersion: v, MaxVersion: v, NextProtos: []string{"h2", "http/1.1"}})
+			if err != nil {
+				t.Errorf("TLS %x to %s: %v", v, name, err)
+				continue
+			}
+			if p := c.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+				t.Errorf("TLS %x to %s: ALPN %q", v, name, p)
+			}
+			fmt.Fprint(c, "GET /ok HTTP/1.1\r\nHost: "+name+"\r\n\r\n")
+			resp, body, err := readResponse(bufio.NewReader(c), "GET")
+			if err != nil || resp.StatusCode != 200 || body != "ok\n" {
+				t.Errorf("TLS %x to %s: %v %v %q", v, name, resp, err, body)
+			}
+			c.Close()
+		}
+	}
+}
+
+// Plain HTTP sent to the TLS listener gets a plaintext 400 that says so,
+// and the connection is closed; no worker sees it.
+func TestTLSPlainHTTP(t *testing.T) {
+	s := startTLS(t, "")
+	before := counter(t, s.snapshot(), "dispatches")
+	c := dialFrom(t, "127.0.0.2", s.tlsAddr)
+	defer c.Close()
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, body, err := readResponse(bufio.NewReader(c), "GET")
+	if err != nil || resp.StatusCode != 400 || !strings.Contains(body, "plain HTTP request was sent to an HTTPS port") {
+		t.Fatalf("plain HTTP: %v %v %q", resp, err, body)
+	}
+	if err := expectClosed(c, 10*time.Second); err != nil {
+		t.Error(err)
+	}
+	snap := s.snapshot()
+	if got := counter(t, snap, "dispatches") - before; got != 0 {
+		t.Errorf("%d dispatches for plain HTTP", got)
+	}
+	if counter(t, snap, "tls_plain_http") != 1 {
+		t.Errorf("tls_plain_http = %d", counter(t, snap, "tls_plain_http"))
+	}
+}
+
+// A ClientHello that stalls part way is held by the dispatcher and closed at
+// the first-byte timeout; it never reaches a worker.
+func TestTLSPartialClientHello(t *testing.T) {
+	s := startTLS(t, "limits {\n  first_byte_timeout = \"1s\"\n}\n")
+	before := s.snapshot()
+	c := dialFrom(t, "127.0.0.2", s.tlsAddr)
+	defer c.Close()
+	// A handshake record announcing 512 bytes, of which 40 come.
+	c.Write(append([]byte{0x16, 3, 1, 2, 0}, make([]byte, 40)...))
+	if err := expectClosed(c, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	after := s.snapshot()
+	if got := counter(t, after, "dispatches") - counter(t, before, "dispatches"); got != 0 {
+		t.Errorf("%d dispatches for a partial ClientHello", got)
+	}
+	if got := counter(t, after, "timeout_first_byte") - counter(t, before, "timeout_first_byte"); got != 1 {
+		t.Errorf("timeout_first_byte rose by %d, want 1", got)
+	}
+	// A ClientHello sent in two parts is served once complete.
+	hello := clientHello(t, s.tlsAddr)
+	c2 := dialFrom(t, "127.0.0.3", s.tlsAddr)
+	defer c2.Close()
+	c2.Write(hello[:7])
+	time.Sleep(100 * time.Millisecond)
+	if got := counter(t, s.snapshot(), "dispatches") - counter(t, after, "dispatches"); got != 0 {
+		t.Errorf("dispatched after 7 bytes of a ClientHello")
+	}
+	c2.Write(hello[7:])
+	s.waitFor("the completed ClientHello dispatched", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		return counter(t, snap, "dispatches") > counter(t, after, "dispatches")
+	})
+}
+
+// clientHello returns the first record a Go client sends.
+func clientHello(t *testing.T, addr string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	go func() {
+		tls.Client(a, &tls.Config{ServerName: "default.test", InsecureSkipVerify: true}).Handshake()
+	}()
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(b, hdr); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+	if _, err := io.ReadFull(b, body); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b.Close()
+	return append(hdr, body...)
+}
+
+// A worker, which parses client bytes, cannot open a private key file, yet
+// handshakes with that key work: the supervisor signs.
+func TestTLSKeyNotInWorker(t *testing.T) {
+	s := startTLS(t, "")
+	for _, path := range []string{s.def.key, s.rsa.key, s.def.cert} {
+		out, err := s.curl(t, "default.test", s.def, "/attack?try=read&path="+path)
+		if err != nil || strings.Contains(out, "SUCCEEDED") || !strings.HasPrefix(out, "E") {
+			t.Errorf("a worker opening %s: %v %q", path, err, out)
+		}
+	}
+}

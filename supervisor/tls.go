@@ -1,0 +1,249 @@
+package supervisor
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"golang.org/x/sys/unix"
+)
+
+// TLS (docs/DESIGN.md §9). The supervisor reads every certificate and
+// private key before it drops privileges; workers get the chains and sign
+// through Sign requests, so no process that parses client bytes ever holds
+// a private key or can open its file.
+
+// keyring is the certificates and private keys read at start. Immutable once
+// built; the signing goroutines read it.
+type keyring struct {
+	certs []*proto.TLSCertificate // for Hello
+	keys  []crypto.Signer         // by key id
+}
+
+// loadKeyring reads the certificate chains and keys of cfg's TLS listeners.
+// An error names the certificate block's file:line.
+func loadKeyring(cfg *config.Config) (*keyring, error) {
+	k := &keyring{}
+	for _, l := range cfg.Listeners {
+		if l.TLS == nil {
+			continue
+		}
+		for _, c := range l.TLS.Certificates {
+			chain, key, err := loadPair(c)
+			if err != nil {
+				return nil, fmt.Errorf("%s: listener %q: certificate %q: %w", c.Where, l.Name, c.Name, err)
+			}
+			k.certs = append(k.certs, &proto.TLSCertificate{Listener: l.Name, Name: c.Name, Chain: chain, KeyId: uint32(len(k.keys))})
+			k.keys = append(k.keys, key)
+		}
+	}
+	return k, nil
+}
+
+// loadPair reads one PEM chain and its PEM key and checks that they match
+// and that the key is RSA (2048 bits or more) or ECDSA.
+func loadPair(c config.Certificate) ([][]byte, crypto.Signer, error) {
+	certPEM, err := os.ReadFile(c.Cert)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading cert: %w", err)
+	}
+	keyPEM, err := os.ReadFile(c.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading key: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s and %s: %w", c.Cert, c.Key, err)
+	}
+	switch k := pair.PrivateKey.(type) {
+	case *ecdsa.PrivateKey:
+		return pair.Certificate, k, nil
+	case *rsa.PrivateKey:
+		if k.N.BitLen() < 2048 {
+			return nil, nil, fmt.Errorf("%s: an RSA key of %d bits (2048 or more are accepted)", c.Key, k.N.BitLen())
+		}
+		return pair.Certificate, k, nil
+	}
+	return nil, nil, fmt.Errorf("%s: a %T key (RSA or ECDSA are accepted)", c.Key, pair.PrivateKey)
+}
+
+// signHashes are the digests a Sign request may name.
+var signHashes = map[crypto.Hash]bool{crypto.SHA256: true, crypto.SHA384: true, crypto.SHA512: true}
+
+// validSign checks every field of a Sign request; it returns the violation,
+// or "".
+func (d *dispatcher) validSign(m *proto.Sign) string {
+	if d.keys == nil || int64(m.GetKeyId()) >= int64(len(d.keys.keys)) {
+		return fmt.Sprintf("Sign with key %d, which does not exist", m.GetKeyId())
+	}
+	h := crypto.Hash(m.GetHash())
+	if m.GetHash() > 64 || !signHashes[h] {
+		return fmt.Sprintf("Sign with hash %d", m.GetHash())
+	}
+	if len(m.GetDigest()) != h.Size() {
+		return fmt.Sprintf("Sign with a %d-byte digest for a %d-byte hash", len(m.GetDigest()), h.Size())
+	}
+	if _, isRSA := d.keys.keys[m.GetKeyId()].(*rsa.PrivateKey); m.GetPss() && !isRSA {
+		return "Sign asks for PSS with an ECDSA key"
+	}
+	return ""
+}
+
+// signMsg is a finished signature, posted back to the loop.
+type signMsg struct {
+	slot int
+	gen  uint64
+	id   uint64
+	rep  *proto.SignReply
+}
+
+// sign starts a validated Sign request; w's in-flight slot is taken. The
+// signature is computed off the loop (an RSA signature costs a millisecond)
+// and posted back.
+func (d *dispatcher) sign(w *workerProc, id uint64, m *proto.Sign) {
+	key := d.keys.keys[m.GetKeyId()]
+	var opts crypto.SignerOpts = crypto.Hash(m.GetHash())
+	if m.GetPss() {
+		opts = &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash, Hash: crypto.Hash(m.GetHash())}
+	}
+	digest := m.GetDigest()
+	slot, gen, s := w.slot, w.gen, d.s
+	d.c.tlsSigns++
+	go func() {
+		rep := &proto.SignReply{}
+		sig, err := key.Sign(rand.Reader, digest, opts)
+		if err != nil {
+			rep.Error = err.Error()
+		} else {
+			rep.Signature = sig
+		}
+		s.post(signMsg{slot: slot, gen: gen, id: id, rep: rep})
+	}()
+}
+
+// signed answers a Sign request, releasing its slot first, if its worker is
+// still the one that asked.
+func (d *dispatcher) signed(m signMsg) {
+	w := d.workerFor(m.slot, m.gen)
+	if w == nil || w.ch == nil {
+		return
+	}
+	if m.rep.GetError() != "" {
+		d.c.tlsSignErrors++
+	}
+	w.slots.Release()
+	d.send(w, &proto.Frame{Id: m.id, Body: &proto.Frame_SignReply{SignReply: m.rep}}, -1)
+}
+
+// TLS record framing, the only part of TLS the dispatcher looks at.
+const (
+	recordHeader    = 5
+	recordMax       = 1<<14 + 2048 // TLSCiphertext.length bound
+	recordHandshake = 0x16
+)
+
+// canned400TLS answers plain HTTP sent to a TLS listener, as nginx does.
+var canned400TLS = []byte("HTTP/1.1 400 Bad Request\r\n" +
+	"Content-Type: text/plain; charset=utf-8\r\n" +
+	"Content-Length: 51\r\n" +
+	"Connection: close\r\n" +
+	"X-Content-Type-Options: nosniff\r\n" +
+	"\r\n" +
+	"The plain HTTP request was sent to an HTTPS port.\r\n")
+
+// readTLS looks at a readable fresh connection of a TLS listener: it is
+// dispatched once a complete ClientHello record is buffered (the record
+// header and length are peeked, nothing more), so the handshake starts on a
+// worker that never waits for it. Until then the connection stays fresh,
+// under the first-byte timeout, and SO_RCVLOWAT keeps it quiet until the
+// record's last byte arrives.
+func (d *dispatcher) readTLS(c *conn, now time.Time) {
+	n, _, err := unix.Recvfrom(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	switch {
+	case err == unix.EAGAIN || err == unix.EINTR:
+		d.arm(c)
+		return
+	case err != nil || n == 0:
+		d.c.peerClosed++
+		d.closeConn(c)
+		return
+	}
+	b := d.peekBuf[:n]
+	if b[0] != recordHandshake {
+		d.notTLS(c, b[0], now)
+		return
+	}
+	need := recordHeader
+	if n >= recordHeader {
+		length := int(binary.BigEndian.Uint16(b[3:5]))
+		if b[1] != 3 || length == 0 || length > recordMax {
+			d.c.tlsNotTLS++
+			d.closeConn(c)
+			return
+		}
+		need += length
+	}
+	if n < need {
+		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, need); err == nil {
+			c.lowat = true
+		}
+		d.arm(c)
+		return
+	}
+	if c.lowat {
+		// The worker's poller must see every byte.
+		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
+		c.lowat = false
+	}
+	d.leavePark(c)
+	if c.ilist != nil {
+		c.ilist.remove(c)
+	}
+	d.tryDispatch(c, now)
+}
+
+// notTLS closes a connection to a TLS listener that does not start with a
+// handshake record: plain HTTP (a request line starts with a letter) gets a
+// plaintext 400 that says so first.
+func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
+	if !('A' <= first && first <= 'Z') {
+		d.c.tlsNotTLS++
+		d.closeConn(c)
+		return
+	}
+	d.c.tlsPlainHTTP++
+	d.leavePark(c)
+	if c.ilist != nil {
+		c.ilist.remove(c)
+	}
+	unix.Write(c.fd, canned400TLS)
+	unix.Shutdown(c.fd, unix.SHUT_WR)
+	d.linger(c, now)
+}
+
+// tlsListener reports whether the listener named name terminates TLS.
+func (d *dispatcher) tlsListener(name string) bool {
+	for _, l := range d.cfg.Listeners {
+		if l.Name == name {
+			return l.TLS != nil
+		}
+	}
+	return false
+}
+
+// hello returns the certificates for a worker's Hello (none without a
+// keyring: a test's supervisor).
+func (k *keyring) hello() []*proto.TLSCertificate {
+	if k == nil {
+		return nil
+	}
+	return k.certs
+}

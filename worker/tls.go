@@ -1,0 +1,190 @@
+package worker
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/proto"
+)
+
+// TLS on the worker (docs/DESIGN.md §9): the handshake runs here, once the
+// supervisor has seen a complete ClientHello record, bounded by
+// handshakeTimeout. The certificates' private keys stay in the supervisor:
+// each certificate carries a remoteSigner whose Sign is a Sign request.
+
+// handshakeTimeout bounds a TLS handshake from its dispatch.
+const handshakeTimeout = 15 * time.Second
+
+// tlsCipherSuites are the TLS 1.2 suites offered: ECDHE with AEAD only.
+// TLS 1.3 suites are all AEAD and not configurable.
+var tlsCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// tlsConfigs builds one tls.Config per TLS listener from Hello's
+// certificates, in order: a listener's first certificate is its default.
+func (w *Worker) tlsConfigs(certs []*proto.TLSCertificate) (map[string]*tls.Config, error) {
+	byListener := map[string][]*tls.Certificate{}
+	var order []string
+	for _, c := range certs {
+		if len(c.GetChain()) == 0 {
+			return nil, fmt.Errorf("certificate %q of listener %q has no chain", c.GetName(), c.GetListener())
+		}
+		leaf, err := x509.ParseCertificate(c.GetChain()[0])
+		if err != nil {
+			return nil, fmt.Errorf("certificate %q of listener %q: %w", c.GetName(), c.GetListener(), err)
+		}
+		switch leaf.PublicKey.(type) {
+		case *ecdsa.PublicKey, *rsa.PublicKey:
+		default:
+			return nil, fmt.Errorf("certificate %q of listener %q has a %T key", c.GetName(), c.GetListener(), leaf.PublicKey)
+		}
+		if _, ok := byListener[c.GetListener()]; !ok {
+			order = append(order, c.GetListener())
+		}
+		byListener[c.GetListener()] = append(byListener[c.GetListener()], &tls.Certificate{
+			Certificate: c.GetChain(),
+			Leaf:        leaf,
+			PrivateKey:  &remoteSigner{w: w, id: c.GetKeyId(), pub: leaf.PublicKey},
+		})
+	}
+	out := make(map[string]*tls.Config, len(order))
+	for _, name := range order {
+		list := byListener[name]
+		out[name] = &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			CipherSuites: tlsCipherSuites,
+			NextProtos:   []string{"http/1.1"},
+			GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return pickCertificate(list, hi), nil
+			},
+		}
+	}
+	return out, nil
+}
+
+// pickCertificate returns the first certificate that covers the client's
+// server name and algorithms, else the default (the first), each with a
+// signer bound to this handshake's deadline.
+func pickCertificate(list []*tls.Certificate, hi *tls.ClientHelloInfo) *tls.Certificate {
+	pick := list[0]
+	if hi.ServerName != "" {
+		for _, c := range list {
+			if hi.SupportsCertificate(c) == nil {
+				pick = c
+				break
+			}
+		}
+	}
+	c := *pick
+	s := *c.PrivateKey.(*remoteSigner)
+	s.ctx = hi.Context()
+	c.PrivateKey = &s
+	return &c
+}
+
+// errSignOverloaded fails a handshake at once when the channel's in-flight
+// cap is reached, here or at the supervisor.
+var errSignOverloaded = errors.New("worker: signing refused over the in-flight cap")
+
+// remoteSigner is a certificate's private key as the worker sees it: the
+// public half, and a Sign that asks the supervisor.
+type remoteSigner struct {
+	w   *Worker
+	id  uint32
+	pub crypto.PublicKey
+	ctx context.Context // the handshake's
+}
+
+// Public returns the certificate's public key.
+func (s *remoteSigner) Public() crypto.PublicKey { return s.pub }
+
+// Sign asks the supervisor to sign digest with the key it holds. It never
+// waits for an in-flight slot: over the cap the handshake fails at once.
+func (s *remoteSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	ctx := s.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, pss := opts.(*rsa.PSSOptions)
+	f := &proto.Frame{Body: &proto.Frame_Sign{Sign: &proto.Sign{
+		KeyId:  s.id,
+		Hash:   uint32(opts.HashFunc()),
+		Digest: digest,
+		Pss:    pss,
+	}}}
+	r, err := s.w.calls.callNow(ctx, f)
+	if errors.Is(err, errOverloaded) {
+		return nil, errSignOverloaded
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep := r.f.GetSignReply()
+	switch {
+	case rep == nil:
+		return nil, fmt.Errorf("worker: Sign answered by %T", r.f.Body)
+	case rep.GetError() != "":
+		return nil, fmt.Errorf("worker: supervisor signing: %s", rep.GetError())
+	}
+	return rep.GetSignature(), nil
+}
+
+// tlsTransport is the client connection under crypto/tls: the descriptor,
+// read after the bytes the supervisor carried (the ClientHello it read, if
+// any).
+type tlsTransport struct {
+	*os.File
+	carried []byte
+}
+
+func (t *tlsTransport) Read(p []byte) (int, error) {
+	if len(t.carried) > 0 {
+		n := copy(p, t.carried)
+		t.carried = t.carried[n:]
+		return n, nil
+	}
+	return t.File.Read(p)
+}
+
+// The addresses are never used by crypto/tls on a server connection.
+func (t *tlsTransport) LocalAddr() net.Addr  { return nil }
+func (t *tlsTransport) RemoteAddr() net.Addr { return nil }
+
+// handshake runs the server handshake of a dispatched TLS connection.
+func (w *Worker) handshake(d *proto.Dispatch, nc *os.File) (*tls.Conn, proto.Outcome, error) {
+	cfg := w.tls[d.GetListenerName()]
+	if cfg == nil {
+		return nil, proto.Outcome_BAD_REQUEST, fmt.Errorf("no TLS configuration for listener %q", d.GetListenerName())
+	}
+	tc := tls.Server(&tlsTransport{File: nc, carried: d.GetCarried()}, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	err := tc.HandshakeContext(ctx)
+	nc.SetDeadline(time.Time{})
+	switch {
+	case err == nil:
+		return tc, proto.Outcome_OK, nil
+	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
+		return nil, proto.Outcome_TIMEOUT, err
+	case errors.Is(err, io.EOF):
+		return nil, proto.Outcome_PEER_CLOSED, err
+	}
+	return nil, proto.Outcome_BAD_REQUEST, err
+}
