@@ -70,8 +70,10 @@ func (u *countingUpstream) counts() (open, most, seen int) {
 
 // budgetChannel is the hostile channel for the budget modes: a reader that
 // answers pings, keeps any client it is dispatched (so the well-behaved
-// worker gets the next ones) and routes Dial replies to dial.
-func budgetChannel() (ch *ipc.Stream, dial func(id uint64) (*proto.DialReply, int)) {
+// worker gets the next ones) and routes Dial replies to dial. barrier sends
+// a StatsRequest and waits for its reply: the supervisor reads a channel in
+// order, so whatever was sent before it has been handled.
+func budgetChannel() (ch *ipc.Stream, dial func(id uint64) (*proto.DialReply, int), barrier func(id uint64)) {
 	ch = hostileChannel()
 	var mu sync.Mutex
 	replies := map[uint64]chan reply{}
@@ -83,7 +85,7 @@ func budgetChannel() (ch *ipc.Stream, dial func(id uint64) (*proto.DialReply, in
 				os.Exit(0)
 			}
 			switch b := f.Body.(type) {
-			case *proto.Frame_DialReply, *proto.Frame_Overloaded:
+			case *proto.Frame_DialReply, *proto.Frame_Overloaded, *proto.Frame_StatsReply:
 				mu.Lock()
 				c := replies[f.GetId()]
 				mu.Unlock()
@@ -103,16 +105,22 @@ func budgetChannel() (ch *ipc.Stream, dial func(id uint64) (*proto.DialReply, in
 			}
 		}
 	}()
-	dial = func(id uint64) (*proto.DialReply, int) {
+	call := func(f *proto.Frame) reply {
 		c := make(chan reply, 1)
 		mu.Lock()
-		replies[id] = c
+		replies[f.GetId()] = c
 		mu.Unlock()
-		ch.Send(&proto.Frame{Id: id, Body: &proto.Frame_Dial{Dial: &proto.Dial{Upstream: hostileUpstream}}}, -1)
-		r := <-c
+		ch.Send(f, -1)
+		return <-c
+	}
+	dial = func(id uint64) (*proto.DialReply, int) {
+		r := call(&proto.Frame{Id: id, Body: &proto.Frame_Dial{Dial: &proto.Dial{Upstream: hostileUpstream}}})
 		return r.dr, r.fd
 	}
-	return ch, dial
+	barrier = func(id uint64) {
+		call(&proto.Frame{Id: id, Body: &proto.Frame_StatsRequest{StatsRequest: &proto.StatsRequest{}}})
+	}
+	return ch, dial, barrier
 }
 
 type reply struct {
@@ -125,7 +133,7 @@ type reply struct {
 // whether its copy still reaches the upstream: a request written on it must
 // fail or go unanswered (the supervisor shut the socket down).
 func releaseKeepWorker() int {
-	ch, dial := budgetChannel()
+	ch, dial, barrier := budgetChannel()
 	var ok, alive, dead int
 	var kept []int
 	for i := 1; i <= budgetDials; i++ {
@@ -136,6 +144,7 @@ func releaseKeepWorker() int {
 		ok++
 		kept = append(kept, fd)
 		ch.Send(&proto.Frame{Body: &proto.Frame_UpstreamRelease{UpstreamRelease: &proto.UpstreamRelease{Upstream: hostileUpstream, Conn: dr.GetConn()}}}, -1)
+		barrier(budgetDials + uint64(i)) // the release is handled
 		if copyAlive(fd) {
 			alive++
 		} else {
@@ -147,11 +156,8 @@ func releaseKeepWorker() int {
 }
 
 // copyAlive reports whether fd still carries a request to the upstream and
-// its answer back, within a few seconds (after the release is processed).
+// its answer back, within a few seconds.
 func copyAlive(fd int) bool {
-	// Let the supervisor read the release first: the channel keeps order,
-	// but this check runs on another socket.
-	time.Sleep(100 * time.Millisecond)
 	f := os.NewFile(uintptr(fd), "kept")
 	c, err := net.FileConn(f)
 	f.Close()
@@ -171,7 +177,7 @@ func copyAlive(fd int) bool {
 // hoardWorker dials budgetDials times and keeps every connection without a
 // release, ignoring Reclaim.
 func hoardWorker() int {
-	_, dial := budgetChannel()
+	_, dial, _ := budgetChannel()
 	var ok, refused, other int
 	for i := 1; i <= budgetDials; i++ {
 		dr, _ := dial(uint64(i))
