@@ -247,6 +247,7 @@ type Frame struct {
 	//	*Frame_StreamReply
 	//	*Frame_Sign
 	//	*Frame_SignReply
+	//	*Frame_TicketKeys
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -539,6 +540,15 @@ func (x *Frame) GetSignReply() *SignReply {
 	return nil
 }
 
+func (x *Frame) GetTicketKeys() *TicketKeys {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_TicketKeys); ok {
+			return x.TicketKeys
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -665,6 +675,11 @@ type Frame_SignReply struct {
 	SignReply *SignReply `protobuf:"bytes,28,opt,name=sign_reply,json=signReply,proto3,oneof"`
 }
 
+type Frame_TicketKeys struct {
+	// Supervisor notice (no reply): the session ticket keys rotated.
+	TicketKeys *TicketKeys `protobuf:"bytes,29,opt,name=ticket_keys,json=ticketKeys,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -718,6 +733,8 @@ func (*Frame_StreamReply) isFrame_Body() {}
 func (*Frame_Sign) isFrame_Body() {}
 
 func (*Frame_SignReply) isFrame_Body() {}
+
+func (*Frame_TicketKeys) isFrame_Body() {}
 
 // StreamStart tells the supervisor that a connection the worker holds turns
 // long-lived: a request on a stream-class route, or a connection about to be
@@ -1638,7 +1655,9 @@ type Hello struct {
 	BaseDir string `protobuf:"bytes,5,opt,name=base_dir,json=baseDir,proto3" json:"base_dir,omitempty"`
 	// certificates are the TLS listeners' certificate chains, without their
 	// private keys: a worker signs through Sign.
-	Certificates  []*TLSCertificate `protobuf:"bytes,6,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	Certificates []*TLSCertificate `protobuf:"bytes,6,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	// ticket_keys are the TLS session ticket keys, the current one first.
+	TicketKeys    [][]byte `protobuf:"bytes,7,rep,name=ticket_keys,json=ticketKeys,proto3" json:"ticket_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1711,6 +1730,13 @@ func (x *Hello) GetBaseDir() string {
 func (x *Hello) GetCertificates() []*TLSCertificate {
 	if x != nil {
 		return x.Certificates
+	}
+	return nil
+}
+
+func (x *Hello) GetTicketKeys() [][]byte {
+	if x != nil {
+		return x.TicketKeys
 	}
 	return nil
 }
@@ -2455,11 +2481,59 @@ func (x *SignReply) GetError() string {
 	return ""
 }
 
+// TicketKeys replaces a worker's TLS session ticket keys: 32 bytes each, the
+// current key first (it encrypts new tickets), then the previous one (still
+// accepted). The supervisor generates them and rotates them hourly, so a
+// session resumes on any worker without a signature.
+type TicketKeys struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TicketKeys) Reset() {
+	*x = TicketKeys{}
+	mi := &file_gatehouse_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TicketKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TicketKeys) ProtoMessage() {}
+
+func (x *TicketKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TicketKeys.ProtoReflect.Descriptor instead.
+func (*TicketKeys) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TicketKeys) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xdc\v\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\x99\f\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -2499,7 +2573,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\fstream_reply\x18\x1a \x01(\v2\x19.gatehouse.v1.StreamReplyH\x00R\vstreamReply\x12(\n" +
 	"\x04sign\x18\x1b \x01(\v2\x12.gatehouse.v1.SignH\x00R\x04sign\x128\n" +
 	"\n" +
-	"sign_reply\x18\x1c \x01(\v2\x17.gatehouse.v1.SignReplyH\x00R\tsignReplyB\x06\n" +
+	"sign_reply\x18\x1c \x01(\v2\x17.gatehouse.v1.SignReplyH\x00R\tsignReply\x12;\n" +
+	"\vticket_keys\x18\x1d \x01(\v2\x18.gatehouse.v1.TicketKeysH\x00R\n" +
+	"ticketKeysB\x06\n" +
 	"\x04body\"@\n" +
 	"\vStreamStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
@@ -2545,7 +2621,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x05level\x18\x01 \x01(\tR\x05level\"\v\n" +
 	"\tAccessLog\"\x1a\n" +
 	"\bPressure\x12\x0e\n" +
-	"\x02on\x18\x01 \x01(\bR\x02on\"\xdc\x01\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\"\xfd\x01\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\rR\bworkerId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x1f\n" +
@@ -2553,7 +2629,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"configName\x12 \n" +
 	"\vconcurrency\x18\x04 \x01(\rR\vconcurrency\x12\x19\n" +
 	"\bbase_dir\x18\x05 \x01(\tR\abaseDir\x12@\n" +
-	"\fcertificates\x18\x06 \x03(\v2\x1c.gatehouse.v1.TLSCertificateR\fcertificates\"T\n" +
+	"\fcertificates\x18\x06 \x03(\v2\x1c.gatehouse.v1.TLSCertificateR\fcertificates\x12\x1f\n" +
+	"\vticket_keys\x18\a \x03(\fR\n" +
+	"ticketKeys\"T\n" +
 	"\fSandboxLayer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aapplied\x18\x02 \x01(\bR\aapplied\x12\x16\n" +
@@ -2605,7 +2683,10 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x03pss\x18\x04 \x01(\bR\x03pss\"?\n" +
 	"\tSignReply\x12\x1c\n" +
 	"\tsignature\x18\x01 \x01(\fR\tsignature\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error*Q\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\" \n" +
+	"\n" +
+	"TicketKeys\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys*Q\n" +
 	"\vDisposition\x12\x1b\n" +
 	"\x17DISPOSITION_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2644,7 +2725,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Handback)(0),           // 1: gatehouse.v1.Handback
@@ -2680,6 +2761,7 @@ var file_gatehouse_proto_goTypes = []any{
 	(*TLSCertificate)(nil),  // 31: gatehouse.v1.TLSCertificate
 	(*Sign)(nil),            // 32: gatehouse.v1.Sign
 	(*SignReply)(nil),       // 33: gatehouse.v1.SignReply
+	(*TicketKeys)(nil),      // 34: gatehouse.v1.TicketKeys
 }
 var file_gatehouse_proto_depIdxs = []int32{
 	22, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
@@ -2709,17 +2791,18 @@ var file_gatehouse_proto_depIdxs = []int32{
 	5,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
 	32, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
 	33, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
-	31, // 27: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
-	23, // 28: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 29: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	2,  // 30: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	27, // 31: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	1,  // 32: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	34, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
+	31, // 28: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
+	23, // 29: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 30: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	2,  // 31: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	27, // 32: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	1,  // 33: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -2755,6 +2838,7 @@ func file_gatehouse_proto_init() {
 		(*Frame_StreamReply)(nil),
 		(*Frame_Sign)(nil),
 		(*Frame_SignReply)(nil),
+		(*Frame_TicketKeys)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2762,7 +2846,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

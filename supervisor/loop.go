@@ -58,6 +58,7 @@ func (d *dispatcher) run() error {
 	defer d.p.Close()
 
 	now := d.s.now()
+	d.rotateTickets(now)
 	for _, w := range d.workers {
 		d.startWorker(w, now)
 	}
@@ -90,6 +91,9 @@ func (d *dispatcher) run() error {
 			}
 		}
 		d.expire(now)
+		if t := d.ticketDeadline(); !t.IsZero() && !now.Before(t) {
+			d.rotateTickets(now)
+		}
 		d.tick(now)
 		d.signalPressure()
 		if d.stopping && d.finished(now) {
@@ -123,6 +127,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	}
 	consider(d.acceptPause)
 	consider(d.dialDeadline())
+	consider(d.ticketDeadline())
 	for _, w := range d.workers {
 		if w.state == workerDead && w.exited {
 			consider(w.retryAt)

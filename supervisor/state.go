@@ -70,7 +70,8 @@ type connTable struct {
 	// penalties refuses client keys present at too many worker deaths.
 	penalties *penaltyBox
 	// keys holds the TLS certificates and private keys read at start.
-	keys *keyring
+	keys    *keyring
+	tickets ticketKeys
 
 	out     int      // connections at workers
 	queued  int      // connections that have not finished a first request

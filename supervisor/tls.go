@@ -247,3 +247,39 @@ func (k *keyring) hello() []*proto.TLSCertificate {
 	}
 	return k.certs
 }
+
+// ticketRotation is how long a session ticket key encrypts new tickets; it
+// is accepted for as long again after.
+const ticketRotation = time.Hour
+
+// ticketKeys are the session ticket keys, the current one first, and when
+// the current one was made. Owned by the loop.
+type ticketKeys struct {
+	keys    [][]byte
+	rotated time.Time
+}
+
+// rotateTickets makes a new session ticket key, keeps the previous one and
+// sends both to every worker. Without TLS listeners it does nothing.
+func (d *dispatcher) rotateTickets(now time.Time) {
+	if len(d.keys.hello()) == 0 {
+		return
+	}
+	k := make([]byte, 32)
+	rand.Read(k)
+	d.tickets.keys = append([][]byte{k}, d.tickets.keys[:min(1, len(d.tickets.keys))]...)
+	d.tickets.rotated = now
+	for _, w := range d.workers {
+		if w.ch != nil && w.state != workerDead {
+			d.send(w, &proto.Frame{Body: &proto.Frame_TicketKeys{TicketKeys: &proto.TicketKeys{Keys: d.tickets.keys}}}, -1)
+		}
+	}
+}
+
+// ticketDeadline is when the ticket keys rotate next (zero: never).
+func (d *dispatcher) ticketDeadline() time.Time {
+	if d.tickets.rotated.IsZero() {
+		return time.Time{}
+	}
+	return d.tickets.rotated.Add(ticketRotation)
+}

@@ -157,3 +157,34 @@ func TestSignInvalid(t *testing.T) {
 		})
 	}
 }
+
+// Session ticket keys rotate hourly; the previous key is kept. The loop
+// rotates them at ticketDeadline.
+func TestTicketKeysRotate(t *testing.T) {
+	d := &dispatcher{}
+	d.keys = &keyring{certs: []*proto.TLSCertificate{{Listener: "https"}}}
+	start := time.Unix(1_000_000, 0)
+	d.rotateTickets(start)
+	if len(d.tickets.keys) != 1 || len(d.tickets.keys[0]) != 32 {
+		t.Fatalf("at start: keys %x", d.tickets.keys)
+	}
+	if got := d.ticketDeadline(); !got.Equal(start.Add(time.Hour)) {
+		t.Errorf("next rotation at %v, want an hour after the start", got)
+	}
+	first := d.tickets.keys[0]
+	d.rotateTickets(start.Add(time.Hour))
+	second := d.tickets.keys
+	if len(second) != 2 || string(second[1]) != string(first) || string(second[0]) == string(first) {
+		t.Errorf("after an hour: keys %x, before %x", second, first)
+	}
+	d.rotateTickets(start.Add(2 * time.Hour))
+	if third := d.tickets.keys; len(third) != 2 || string(third[1]) != string(second[0]) || string(third[0]) == string(second[0]) {
+		t.Errorf("after two hours: keys %x, before %x", third, second)
+	}
+	// Without a TLS listener there are none.
+	plain := &dispatcher{}
+	plain.rotateTickets(start)
+	if len(plain.tickets.keys) != 0 || !plain.ticketDeadline().IsZero() {
+		t.Errorf("without TLS: keys %x", plain.tickets.keys)
+	}
+}

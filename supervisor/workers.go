@@ -91,6 +91,7 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		Concurrency:  uint32(cfg.Workers.Concurrency),
 		BaseDir:      cfg.BaseDir,
 		Certificates: d.keys.hello(),
+		TicketKeys:   d.tickets.keys,
 	}}}, -1)
 	if cfg.Log.AccessLog {
 		d.sendAccessLog(w)

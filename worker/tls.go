@@ -188,3 +188,26 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File) (*tls.Conn, proto.Out
 	}
 	return nil, proto.Outcome_BAD_REQUEST, err
 }
+
+// setTicketKeys gives every TLS listener the supervisor's session ticket
+// keys, the current one first, so a ticket issued by any worker resumes on
+// this one without a signature.
+func (w *Worker) setTicketKeys(keys [][]byte) error {
+	if len(w.tls) == 0 {
+		return nil
+	}
+	if len(keys) == 0 || len(keys) > 2 {
+		return fmt.Errorf("%d session ticket keys", len(keys))
+	}
+	ks := make([][32]byte, len(keys))
+	for i, k := range keys {
+		if len(k) != 32 {
+			return fmt.Errorf("a session ticket key of %d bytes", len(k))
+		}
+		copy(ks[i][:], k)
+	}
+	for _, cfg := range w.tls {
+		cfg.SetSessionTicketKeys(ks)
+	}
+	return nil
+}

@@ -189,6 +189,10 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			go w.ch.Send(pong, -1)
 		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply, *proto.Frame_StreamReply, *proto.Frame_SignReply:
 			w.calls.deliver(reply{f: f, fd: fd})
+		case *proto.Frame_TicketKeys:
+			if err := w.setTicketKeys(b.TicketKeys.GetKeys()); err != nil {
+				return err
+			}
 		case *proto.Frame_Reclaim:
 			go w.reclaim(b.Reclaim.GetUpstream())
 		case *proto.Frame_AccessLog:
@@ -234,6 +238,9 @@ func (w *Worker) hello(h *proto.Hello) error {
 		return err
 	}
 	w.cfg, w.router, w.id, w.tls = cfg, rt, h.GetWorkerId(), tc
+	if err := w.setTicketKeys(h.GetTicketKeys()); err != nil {
+		return err
+	}
 	w.conc = max(1, int(h.GetConcurrency()))
 	w.hotWindow = cfg.Workers.HotWindow
 	w.hotMu.Lock()

@@ -306,3 +306,49 @@ func TestTLSKeyNotInWorker(t *testing.T) {
 		}
 	}
 }
+
+// sClient runs openssl s_client against the TLS listener, sending one
+// request that closes the connection, with extra arguments.
+func (s *tlsSite) sClient(t *testing.T, args ...string) string {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(s.tlsAddr)
+	cmd := exec.Command("openssl", append([]string{"s_client", "-connect", "127.0.0.1:" + port,
+		"-servername", "default.test", "-ign_eof"}, args...)...)
+	cmd.Stdin = strings.NewReader("GET /ok HTTP/1.1\r\nHost: default.test\r\nConnection: close\r\n\r\n")
+	out, _ := cmd.CombinedOutput()
+	return string(out)
+}
+
+// A session resumes from its ticket on another worker than the one that
+// issued it, without a signature: the supervisor's ticket keys are every
+// worker's.
+func TestTLSResumptionAcrossWorkers(t *testing.T) {
+	s := startTLS(t, "")
+	for _, version := range []string{"-tls1_3", "-tls1_2"} {
+		sess := filepath.Join(t.TempDir(), "sess.pem")
+		// Nothing held: worker 0, the first of two with no connection.
+		out := s.sClient(t, version, "-sess_out", sess)
+		if !strings.Contains(out, "New,") || !strings.Contains(out, "HTTP/1.1 200") {
+			t.Fatalf("%s first connection:\n%s", version, out)
+		}
+		signs := counter(t, s.snapshot(), "tls_signs")
+		// Hold a connection at worker 0, so the next goes to worker 1.
+		c := dialFrom(t, "127.0.0.2", s.addr)
+		fmt.Fprint(c, holdRequest)
+		snap := s.waitFor("a connection held", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 1 })
+		if snap.Workers[0].Active != 1 {
+			t.Fatalf("the held connection is not at the first worker: %+v", snap.Workers)
+		}
+		out = s.sClient(t, version, "-sess_in", sess)
+		if !strings.Contains(out, "Reused,") || !strings.Contains(out, "HTTP/1.1 200") {
+			t.Errorf("%s resumption on the other worker:\n%s", version, out)
+		}
+		if got := counter(t, s.snapshot(), "tls_signs"); got != signs {
+			t.Errorf("%s: the resumption cost %d signatures", version, got-signs)
+		}
+		c.Write([]byte("x"))
+		readResponse(bufio.NewReader(c), "POST")
+		c.Close()
+		s.waitFor("the held connection back", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 0 })
+	}
+}
