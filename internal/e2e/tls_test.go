@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -350,5 +351,46 @@ func TestTLSResumptionAcrossWorkers(t *testing.T) {
 		readResponse(bufio.NewReader(c), "POST")
 		c.Close()
 		s.waitFor("the held connection back", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 0 })
+	}
+}
+
+// Killing the worker that holds a TLS connection closes that connection
+// only: a TLS connection at the other worker is served to its end.
+func TestTLSWorkerDeathClosesItsConnectionOnly(t *testing.T) {
+	s := startTLS(t, "")
+	s.expectDeaths(1)
+	var conns []*tls.Conn
+	for i, src := range []string{"127.0.0.2", "127.0.0.3"} {
+		raw := dialFrom(t, src, s.tlsAddr)
+		c := tls.Client(raw, &tls.Config{ServerName: "default.test", InsecureSkipVerify: true})
+		defer c.Close()
+		fmt.Fprint(c, holdRequest)
+		s.waitFor("a TLS connection held", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == i+1 })
+		conns = append(conns, c)
+	}
+	snap := s.snapshot()
+	if snap.Workers[0].Active != 1 || snap.Workers[1].Active != 1 {
+		t.Fatalf("the two connections are not at two workers: %+v", snap.Workers)
+	}
+	if err := syscall.Kill(snap.Workers[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("the death counted", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["worker_deaths"] == 1 })
+	served, closed := 0, 0
+	for _, c := range conns {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write([]byte("x"))
+		resp, body, err := readResponse(bufio.NewReader(c), "POST")
+		switch {
+		case err == nil && resp.StatusCode == 200 && body == "held\n":
+			served++
+		case err != nil:
+			closed++
+		default:
+			t.Errorf("after the kill: %v %q", resp, body)
+		}
+	}
+	if served != 1 || closed != 1 {
+		t.Errorf("after killing one worker: %d connections served, %d closed; want 1 and 1", served, closed)
 	}
 }
