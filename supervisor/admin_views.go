@@ -38,6 +38,9 @@ func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
 	for _, l := range snap.Listeners {
 		st.Listeners = append(st.Listeners, l.String())
 	}
+	for _, c := range snap.Certificates {
+		st.Certificates = append(st.Certificates, adminapi.Certificate{Listener: c.Listener, Name: c.Name, DNSNames: c.DNSNames, NotAfter: c.NotAfter})
+	}
 	st.Privileges = a.s.privileges()
 	return st
 }

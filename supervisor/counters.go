@@ -134,6 +134,8 @@ type Snapshot struct {
 	Penalties []PenaltyInfo
 	// Upstreams are the configured upstreams, by name.
 	Upstreams []UpstreamInfo
+	// Certificates are the TLS listeners' certificates, as loaded.
+	Certificates []CertificateInfo
 }
 
 // UpstreamInfo is one upstream's budget and addresses.
@@ -248,6 +250,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		},
 	}
 	s.RateLimitBuckets = d.limiter.len()
+	s.Certificates = d.keys.certificates()
 	d.headSnapshot(&s)
 	d.bodySnapshot(&s)
 	d.streamSnapshot(&s)

@@ -222,6 +222,11 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(desc("workers", "Worker slots, by state.", "state"), prometheus.GaugeValue, float64(n), st)
 	}
 
+	for _, c := range s.Certificates {
+		emit(desc("tls_certificate_expiry_timestamp_seconds", "When a TLS certificate expires (its notAfter), in seconds since the epoch.", "listener", "certificate"),
+			prometheus.GaugeValue, float64(c.NotAfter.Unix()), c.Listener, c.Name)
+	}
+
 	// Per upstream and address.
 	for _, u := range s.Upstreams {
 		emit(desc("upstream_connections", "Upstream connections held by workers (in use or pooled), and being dialed.", "upstream", "state"), prometheus.GaugeValue, float64(u.Held), u.Name, "held")

@@ -33,6 +33,8 @@ func testSnapshot() Snapshot {
 		Responses: map[string]uint64{"2xx": 70, "4xx": 5, "5xx": 1, "1xx": 0, "3xx": 0, "other": 0},
 		Latency:   LatencyHistogram{Counts: lat, Sum: 31.5, Count: 8},
 		Deaths:    []DeathCount{{Reason: DeathSignal, Signal: "SIGKILL", N: 2}, {Reason: DeathExit, Signal: "none", N: 1}},
+		Certificates: []CertificateInfo{{Listener: "https", Name: "site", DNSNames: []string{"example.org"},
+			NotAfter: time.Unix(1_900_000_000, 0)}},
 	}
 }
 
@@ -80,6 +82,7 @@ func TestWritePrometheus(t *testing.T) {
 		{"gatehouse_connections", []string{"state", "idle"}, 10},
 		{"gatehouse_connections", []string{"state", "linger"}, 0},
 		{"gatehouse_dispatches_total", nil, 90},
+		{"gatehouse_tls_certificate_expiry_timestamp_seconds", []string{"listener", "https", "certificate", "site"}, 1_900_000_000},
 		{"gatehouse_share_waits_total", nil, 7},
 		{"gatehouse_pool_waits_total", nil, 6},
 		{"gatehouse_timeouts_total", []string{"kind", "first_byte"}, 5},

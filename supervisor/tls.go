@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -26,6 +27,17 @@ import (
 type keyring struct {
 	certs []*proto.TLSCertificate // for Hello
 	keys  []crypto.Signer         // by key id
+	info  []CertificateInfo       // for Snapshot
+}
+
+// CertificateInfo is one loaded TLS certificate, for metrics and
+// gatehousectl: its listener, its block's name, the names it covers and
+// when it expires.
+type CertificateInfo struct {
+	Listener string
+	Name     string
+	DNSNames []string
+	NotAfter time.Time
 }
 
 // loadKeyring reads the certificate chains and keys of cfg's TLS listeners.
@@ -38,6 +50,12 @@ func loadKeyring(cfg *config.Config) (*keyring, error) {
 		}
 		for _, c := range l.TLS.Certificates {
 			chain, key, err := loadPair(c)
+			if err == nil {
+				var leaf *x509.Certificate
+				if leaf, err = x509.ParseCertificate(chain[0]); err == nil {
+					k.info = append(k.info, CertificateInfo{Listener: l.Name, Name: c.Name, DNSNames: leaf.DNSNames, NotAfter: leaf.NotAfter})
+				}
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: listener %q: certificate %q: %w", c.Where, l.Name, c.Name, err)
 			}
@@ -237,6 +255,14 @@ func (d *dispatcher) tlsListener(name string) bool {
 		}
 	}
 	return false
+}
+
+// certificates returns what Snapshot reports of the loaded certificates.
+func (k *keyring) certificates() []CertificateInfo {
+	if k == nil {
+		return nil
+	}
+	return k.info
 }
 
 // hello returns the certificates for a worker's Hello (none without a

@@ -168,7 +168,12 @@ func TestTLSCertificatePerSNI(t *testing.T) {
 	if !strings.Contains(string(out), "CN = rsa.test") && !strings.Contains(string(out), "CN=rsa.test") {
 		t.Errorf("openssl s_client -servername rsa.test:\n%s", out)
 	}
-	if got := counter(t, s.snapshot(), "tls_signs") - signs; got < 5 {
+	snap := s.snapshot()
+	if len(snap.Certificates) != 3 || snap.Certificates[1].Name != "rsa" || snap.Certificates[1].DNSNames[0] != "rsa.test" ||
+		snap.Certificates[0].NotAfter.Before(time.Now()) {
+		t.Errorf("certificates in the snapshot: %+v", snap.Certificates)
+	}
+	if got := counter(t, snap, "tls_signs") - signs; got < 5 {
 		t.Errorf("the supervisor signed %d handshakes, want at least 5", got)
 	}
 }

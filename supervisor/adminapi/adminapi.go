@@ -101,6 +101,17 @@ type Status struct {
 	// Privileges is what the supervisor process holds, read from
 	// /proc/self/status when the reply is built.
 	Privileges Privileges `json:"privileges"`
+	// Certificates are the TLS listeners' certificates.
+	Certificates []Certificate `json:"certificates,omitempty"`
+}
+
+// Certificate is one TLS certificate: its listener, its configuration
+// block's name, the names it covers and when it expires.
+type Certificate struct {
+	Listener string    `json:"listener"`
+	Name     string    `json:"name"`
+	DNSNames []string  `json:"dns_names"`
+	NotAfter time.Time `json:"not_after"`
 }
 
 // Privileges are the supervisor's ids and capabilities, and what keeps its

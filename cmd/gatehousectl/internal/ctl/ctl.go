@@ -249,6 +249,15 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "bodies\t%d connections receiving a body outside the pool, %d bytes charged\n", s.BodyConns, s.BodyBytes)
 	fmt.Fprintf(tw, "streams\t%d streams and %d upgraded connections open of %d; refused for the budget: %d streams, %d upgrades\n",
 		s.Streams, s.Upgrades, s.StreamsMax, s.StreamsRefused, s.UpgradesRefused)
+	for _, c := range s.Certificates {
+		left := time.Until(c.NotAfter).Truncate(time.Hour)
+		when := "expires in " + left.String()
+		if left < 0 {
+			when = "EXPIRED " + (-left).String() + " ago"
+		}
+		fmt.Fprintf(tw, "certificate	%s/%s: %s; %s, %s\n", safe(c.Listener), safe(c.Name), safeJoin(c.DNSNames),
+			when, c.NotAfter.UTC().Format(time.RFC3339))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

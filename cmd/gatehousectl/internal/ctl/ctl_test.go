@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
@@ -121,6 +122,10 @@ func TestStatusTable(t *testing.T) {
 		},
 		WorkerDeaths: map[string]uint64{"seccomp": 2, "protocol": 1},
 		Streams:      7, Upgrades: 3, StreamsMax: 1024, StreamsRefused: 5, UpgradesRefused: 1,
+		Certificates: []adminapi.Certificate{
+			{Listener: "https", Name: "site", DNSNames: []string{"example.org", "*.example.org"}, NotAfter: time.Now().Add(49 * time.Hour)},
+			{Listener: "https", Name: "old", DNSNames: []string{"old.example"}, NotAfter: time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)},
+		},
 	}})
 	out, errs, code := run([]string{"-socket", sock, "status"}, nil)
 	if code != 0 {
@@ -130,6 +135,8 @@ func TestStatusTable(t *testing.T) {
 		"v1.2.3, pid 42, serving, up 2m5s", "/etc/gatehouse.hcl", "127.0.0.1:8080 [::1]:8080", "32 slots, 8 per client",
 		"SLOT", "SANDBOX", "+namespace/user +seccomp", "1.6s", "3 (protocol 1, seccomp 2)",
 		"7 streams and 3 upgraded connections open of 1024; refused for the budget: 5 streams, 1 upgrades",
+		"https/site: example.org *.example.org; expires in 48h0m0s",
+		"https/old: old.example; EXPIRED", "2020-01-02T03:04:05Z",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
