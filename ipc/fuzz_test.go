@@ -47,6 +47,9 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 	signHuge := frame(&proto.Frame{Id: 12, Body: &proto.Frame_Sign{Sign: &proto.Sign{
 		KeyId: 1 << 31, Hash: 1 << 31, Digest: make([]byte, 4096),
 	}}})
+	doneKept := frame(&proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
+		ConnId: 20, Disposition: proto.Disposition_KEEP_ALIVE, Requests: 3, Kept: true, Pending: true,
+	}}})
 	accessLog := frame(&proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}})
 	return []fuzzSeed{
 		{"ready", ready, 0},
@@ -59,6 +62,8 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 		{"sign-with-fd", sign, 1},
 		{"sign-huge-fields", signHuge, 0},
 		{"truncated-sign", sign[:len(sign)-7], 0},
+		{"done-kept", doneKept, 0},
+		{"done-kept-with-fd", doneKept, 1},
 		{"done", done, 0},
 		{"done-linger", doneClose, 0},
 		{"pong", pong, 0},

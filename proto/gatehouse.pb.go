@@ -248,6 +248,7 @@ type Frame struct {
 	//	*Frame_Sign
 	//	*Frame_SignReply
 	//	*Frame_TicketKeys
+	//	*Frame_Forget
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -549,6 +550,15 @@ func (x *Frame) GetTicketKeys() *TicketKeys {
 	return nil
 }
 
+func (x *Frame) GetForget() *Forget {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_Forget); ok {
+			return x.Forget
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -680,6 +690,11 @@ type Frame_TicketKeys struct {
 	TicketKeys *TicketKeys `protobuf:"bytes,29,opt,name=ticket_keys,json=ticketKeys,proto3,oneof"`
 }
 
+type Frame_Forget struct {
+	// Supervisor notice (no reply): close a connection kept for affinity.
+	Forget *Forget `protobuf:"bytes,30,opt,name=forget,proto3,oneof"`
+}
+
 func (*Frame_Hello) isFrame_Body() {}
 
 func (*Frame_Ready) isFrame_Body() {}
@@ -735,6 +750,8 @@ func (*Frame_Sign) isFrame_Body() {}
 func (*Frame_SignReply) isFrame_Body() {}
 
 func (*Frame_TicketKeys) isFrame_Body() {}
+
+func (*Frame_Forget) isFrame_Body() {}
 
 // StreamStart tells the supervisor that a connection the worker holds turns
 // long-lived: a request on a stream-class route, or a connection about to be
@@ -1999,7 +2016,10 @@ type Done struct {
 	// connection hot, after the input of the previous one was used up.
 	HotRequests uint32 `protobuf:"varint,8,opt,name=hot_requests,json=hotRequests,proto3" json:"hot_requests,omitempty"`
 	// handback says why a kept-alive connection came back.
-	Handback      Handback `protobuf:"varint,9,opt,name=handback,proto3,enum=gatehouse.v1.Handback" json:"handback,omitempty"`
+	Handback Handback `protobuf:"varint,9,opt,name=handback,proto3,enum=gatehouse.v1.Handback" json:"handback,omitempty"`
+	// pending (with kept): the worker holds decrypted input with a complete
+	// request head, so the connection is dispatched again at once.
+	Pending       bool `protobuf:"varint,10,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2095,6 +2115,13 @@ func (x *Done) GetHandback() Handback {
 		return x.Handback
 	}
 	return Handback_BUFFER_EMPTY
+}
+
+func (x *Done) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
 }
 
 // Response is one answered request, for the supervisor's metrics.
@@ -2529,11 +2556,57 @@ func (x *TicketKeys) GetKeys() [][]byte {
 	return nil
 }
 
+// Forget tells a worker to close its copy of a connection it kept (Done with
+// kept) and drop its state: the supervisor has shut the connection down.
+type Forget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forget) Reset() {
+	*x = Forget{}
+	mi := &file_gatehouse_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forget) ProtoMessage() {}
+
+func (x *Forget) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forget.ProtoReflect.Descriptor instead.
+func (*Forget) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Forget) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\x99\f\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xc9\f\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -2575,7 +2648,8 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
 	"sign_reply\x18\x1c \x01(\v2\x17.gatehouse.v1.SignReplyH\x00R\tsignReply\x12;\n" +
 	"\vticket_keys\x18\x1d \x01(\v2\x18.gatehouse.v1.TicketKeysH\x00R\n" +
-	"ticketKeysB\x06\n" +
+	"ticketKeys\x12.\n" +
+	"\x06forget\x18\x1e \x01(\v2\x14.gatehouse.v1.ForgetH\x00R\x06forgetB\x06\n" +
 	"\x04body\"@\n" +
 	"\vStreamStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
@@ -2651,7 +2725,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\x12\x10\n" +
 	"\x03tls\x18\t \x01(\bR\x03tls\x12#\n" +
 	"\rlistener_name\x18\n" +
-	" \x01(\tR\flistenerName\"\xe4\x02\n" +
+	" \x01(\tR\flistenerName\"\xfe\x02\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +
@@ -2661,7 +2735,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\aoutcome\x18\x06 \x01(\x0e2\x15.gatehouse.v1.OutcomeR\aoutcome\x124\n" +
 	"\tresponses\x18\a \x03(\v2\x16.gatehouse.v1.ResponseR\tresponses\x12!\n" +
 	"\fhot_requests\x18\b \x01(\rR\vhotRequests\x122\n" +
-	"\bhandback\x18\t \x01(\x0e2\x16.gatehouse.v1.HandbackR\bhandback\":\n" +
+	"\bhandback\x18\t \x01(\x0e2\x16.gatehouse.v1.HandbackR\bhandback\x12\x18\n" +
+	"\apending\x18\n" +
+	" \x01(\bR\apending\":\n" +
 	"\bResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x16\n" +
 	"\x06micros\x18\x02 \x01(\x04R\x06micros\"\x18\n" +
@@ -2686,7 +2762,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\tR\x05error\" \n" +
 	"\n" +
 	"TicketKeys\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\fR\x04keys*Q\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\"!\n" +
+	"\x06Forget\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId*Q\n" +
 	"\vDisposition\x12\x1b\n" +
 	"\x17DISPOSITION_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2725,7 +2803,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Handback)(0),           // 1: gatehouse.v1.Handback
@@ -2762,6 +2840,7 @@ var file_gatehouse_proto_goTypes = []any{
 	(*Sign)(nil),            // 32: gatehouse.v1.Sign
 	(*SignReply)(nil),       // 33: gatehouse.v1.SignReply
 	(*TicketKeys)(nil),      // 34: gatehouse.v1.TicketKeys
+	(*Forget)(nil),          // 35: gatehouse.v1.Forget
 }
 var file_gatehouse_proto_depIdxs = []int32{
 	22, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
@@ -2792,17 +2871,18 @@ var file_gatehouse_proto_depIdxs = []int32{
 	32, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
 	33, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
 	34, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
-	31, // 28: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
-	23, // 29: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 30: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	2,  // 31: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	27, // 32: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	1,  // 33: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	35, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
+	31, // 29: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
+	23, // 30: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 31: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	2,  // 32: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	27, // 33: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
+	1,  // 34: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -2839,6 +2919,7 @@ func file_gatehouse_proto_init() {
 		(*Frame_Sign)(nil),
 		(*Frame_SignReply)(nil),
 		(*Frame_TicketKeys)(nil),
+		(*Frame_Forget)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2846,7 +2927,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -54,7 +54,10 @@ type conn struct {
 	fresh    bool   // counted against max_queued_connections
 	tls      bool   // accepted on a TLS listener
 	lowat    bool   // SO_RCVLOWAT raised to wait for a whole TLS record
-	worker   *workerProc
+	// kept is the worker holding the connection's TLS state and a copy
+	// of its descriptor between rounds (affinity), or nil.
+	kept   *workerProc
+	worker *workerProc
 
 	deadline     time.Time // when the current timer list expires it
 	tprev, tnext *conn

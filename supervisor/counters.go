@@ -49,6 +49,7 @@ type counters struct {
 	tlsNotTLS        uint64
 	tlsSigns         uint64
 	tlsSignErrors    uint64
+	tlsAffinity      uint64
 	outcomes         [5]uint64 // by proto.Outcome
 	handbacks        [6]uint64 // by proto.Handback
 	hotRequests      uint64
@@ -244,6 +245,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"tls_not_tls":        d.c.tlsNotTLS,
 			"tls_signs":          d.c.tlsSigns,
 			"tls_sign_errors":    d.c.tlsSignErrors,
+			"tls_affinity":       d.c.tlsAffinity,
 			// Counted by the relay goroutines, not the loop.
 			"worker_log_lines_dropped": d.s.logDropped.Load(),
 			// A gauge, not a counter: the rate limiter's buckets now.

@@ -27,6 +27,12 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 		return
 	}
 	w := d.pickWorker()
+	if c.kept != nil {
+		w = c.kept
+		if d.stopping || d.out >= d.pool || w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
+			w = nil
+		}
+	}
 	if w == nil {
 		d.enqueue(c, &d.waiting, now)
 		d.c.poolWaits++
@@ -82,7 +88,7 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	d.c.dispatches++
 	f := &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{
 		ConnId:           c.id,
-		HasFd:            true,
+		HasFd:            c.kept == nil,
 		Listener:         uint32(c.listener),
 		Peer:             c.peer.String(),
 		ClientKey:        c.client.key.String(),
@@ -95,6 +101,11 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 		f.GetDispatch().ListenerName = d.listenerName(c.listener)
 	}
 	c.carried = nil
+	if c.kept != nil {
+		d.c.tlsAffinity++
+		d.send(w, f, -1)
+		return
+	}
 	d.send(w, f, c.fd)
 }
 
@@ -114,7 +125,9 @@ func (d *dispatcher) release(c *conn) {
 // now fits its share (it joins the pool's queue if no slot is left).
 func (d *dispatcher) pump(cl *client, now time.Time) {
 	d.pumpBodies()
-	for d.waiting.head != nil {
+	// Bounded by the queue's length: a kept connection whose worker is
+	// full goes back to the queue's end.
+	for n := d.waiting.n; n > 0 && d.waiting.head != nil; n-- {
 		w := d.pickWorker()
 		if w == nil {
 			break
@@ -137,8 +150,11 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	case c == nil || c.state != stateAtWorker || c.worker != w:
 		d.killWorker(w, fmt.Sprintf("Done for connection %d it does not hold", m.GetConnId()))
 		return false
-	case m.GetKept():
-		d.killWorker(w, "Done keeps a descriptor; affinity is not enabled")
+	case m.GetKept() && (!c.tls || m.GetDisposition() != proto.Disposition_KEEP_ALIVE || len(m.GetCarried()) > 0):
+		d.killWorker(w, "Done keeps a connection that is not a kept-alive TLS connection, or carries its plaintext")
+		return false
+	case m.GetPending() && !m.GetKept():
+		d.killWorker(w, "Done reports input pending in a connection it does not keep")
 		return false
 	case len(m.GetCarried()) > ipc.MaxCarried:
 		d.killWorker(w, "Done carries more than the carried-bytes cap")
@@ -188,12 +204,22 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 		d.logLimited(hclog.Debug, "peer-reset", "client reset a connection mid-round")
 	}
 	d.release(c)
+	if m.GetKept() {
+		// The TLS state stays in w: its next record goes there, without
+		// a descriptor (affinity, docs/DESIGN.md §9).
+		c.kept = w
+	} else {
+		// The worker closed its copy before Done.
+		c.kept = nil
+	}
 	d.pump(c.client, now)
 	switch m.GetDisposition() {
 	case proto.Disposition_KEEP_ALIVE:
 		switch {
 		case d.stopping:
 			d.closeConn(c)
+		case m.GetPending():
+			d.tryDispatch(c, now)
 		case len(m.GetCarried()) > 0:
 			d.nextRequest(c, m.GetCarried(), now)
 		default:

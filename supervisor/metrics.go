@@ -71,6 +71,7 @@ var counterMetrics = map[string]struct {
 	"tls_not_tls":     {"tls_refused_total", "Connections to a TLS listener closed before any worker saw them, by reason.", "reason", "not_tls"},
 	"tls_signs":       {"tls_signatures_total", "TLS handshake signatures made by the supervisor for workers.", "", ""},
 	"tls_sign_errors": {"tls_signature_errors_total", "TLS handshake signatures that failed.", "", ""},
+	"tls_affinity":    {"tls_affinity_dispatches_total", "Kept-alive TLS connections dispatched to the worker holding their TLS state, without a descriptor.", "", ""},
 	// worker_deaths is exported by reason and signal from Deaths, below.
 	"worker_deaths": {},
 }

@@ -150,6 +150,7 @@ func (d *dispatcher) closeConn(c *conn) {
 	d.del(c.fd)
 	unix.Shutdown(c.fd, unix.SHUT_RDWR)
 	unix.Close(c.fd)
+	d.forget(c)
 	delete(d.conns, c.id)
 	cl := c.client
 	cl.conns--

@@ -166,6 +166,9 @@ const (
 	recordHeader    = 5
 	recordMax       = 1<<14 + 2048 // TLSCiphertext.length bound
 	recordHandshake = 0x16
+	// The record types a kept-alive connection may send.
+	recordChangeCipherSpec = 0x14
+	recordApplicationData  = 0x17
 )
 
 // canned400TLS answers plain HTTP sent to a TLS listener, as nginx does.
@@ -177,12 +180,13 @@ var canned400TLS = []byte("HTTP/1.1 400 Bad Request\r\n" +
 	"\r\n" +
 	"The plain HTTP request was sent to an HTTPS port.\r\n")
 
-// readTLS looks at a readable fresh connection of a TLS listener: it is
-// dispatched once a complete ClientHello record is buffered (the record
-// header and length are peeked, nothing more), so the handshake starts on a
-// worker that never waits for it. Until then the connection stays fresh,
-// under the first-byte timeout, and SO_RCVLOWAT keeps it quiet until the
-// record's last byte arrives.
+// readTLS looks at a readable parked connection of a TLS listener: it is
+// dispatched once a complete record is buffered (the record header and
+// length are peeked, nothing more): a new connection's ClientHello, so the
+// handshake starts on a worker that never waits for it, or a kept-alive
+// connection's next record, to the worker holding its TLS state. Until then
+// the connection stays parked under its timer (first byte, keep-alive), and
+// SO_RCVLOWAT keeps it quiet until the record's last byte arrives.
 func (d *dispatcher) readTLS(c *conn, now time.Time) {
 	n, _, err := unix.Recvfrom(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 	switch {
@@ -195,7 +199,13 @@ func (d *dispatcher) readTLS(c *conn, now time.Time) {
 		return
 	}
 	b := d.peekBuf[:n]
-	if b[0] != recordHandshake {
+	switch {
+	case c.kept != nil && (b[0] < recordChangeCipherSpec || b[0] > recordApplicationData):
+		// Between requests any record may come, never anything else.
+		d.c.tlsNotTLS++
+		d.closeConn(c)
+		return
+	case c.kept == nil && b[0] != recordHandshake:
 		d.notTLS(c, b[0], now)
 		return
 	}
@@ -308,4 +318,18 @@ func (d *dispatcher) ticketDeadline() time.Time {
 		return time.Time{}
 	}
 	return d.tickets.rotated.Add(ticketRotation)
+}
+
+// forget tells the worker that kept c's TLS state to drop it and close its
+// copy of the descriptor (already shut down by closeConn, or about to be
+// handed over afresh).
+func (d *dispatcher) forget(c *conn) {
+	w := c.kept
+	if w == nil {
+		return
+	}
+	c.kept = nil
+	if w.ch != nil && w.state != workerDead {
+		d.send(w, &proto.Frame{Body: &proto.Frame_Forget{Forget: &proto.Forget{ConnId: c.id}}}, -1)
+	}
 }

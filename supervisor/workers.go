@@ -162,6 +162,12 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		d.releaseUpstreams(w, now)
 		var held []lostConn
 		for _, c := range d.conns {
+			if c.kept == w && c.worker == nil {
+				// Its TLS state died with w.
+				c.kept = nil
+				d.closeConn(c)
+				continue
+			}
 			if c.worker == w {
 				cl := c.client
 				held = append(held, lostConn{client: cl.key, trusted: cl.trusted, listener: c.listener})

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 )
@@ -53,7 +54,7 @@ var (
 )
 
 // serve runs the rounds of one dispatched connection and hands it back.
-func (w *Worker) serve(d *proto.Dispatch, fd int) {
+func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
 	defer w.wg.Done()
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
@@ -61,25 +62,33 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 	// The descriptor is non-blocking (the supervisor accepted it so), so
 	// os.NewFile puts it under the runtime's poller with deadlines, without
 	// the extra dup and close net.FileConn would cost on every round.
-	nc := os.NewFile(uintptr(fd), "conn")
+	var nc *os.File
 	var tc *tls.Conn
-	outside := false // the connection gave its slot back for a body
-	var handback proto.Handback
-	var hot uint32
-	if d.GetTls() {
+	switch {
+	case k != nil:
+		// Kept for affinity: the TLS state and the plaintext held.
+		nc, tc, fd = k.nc, k.tc, k.fd
+		d.Carried = k.plain
+	case d.GetTls():
+		nc = os.NewFile(uintptr(fd), "conn")
 		var err error
 		if tc, outcome, err = w.handshake(d, nc); err != nil {
 			w.log.Debug("TLS handshake failed", "conn", d.GetConnId(), "error", err)
 		}
+		// The supervisor carries no bytes of a TLS connection.
+		d.Carried = nil
+	default:
+		nc = os.NewFile(uintptr(fd), "conn")
 	}
+	outside := false // the connection gave its slot back for a body
+	kept, pending := false, false
+	var handback proto.Handback
+	var hot uint32
 	if tc != nil || !d.GetTls() {
 		var cs *connServer
 		if tc != nil {
-			// The carried bytes were the ClientHello; the plaintext
-			// starts empty.
 			cs = newConnServer(w, tc, d)
-			cs.carried.Reset(nil)
-			cs.tls = true
+			cs.tls, cs.tfd = true, fd
 		} else {
 			cs = newConnServer(w, nc, d)
 			cs.fd = fd
@@ -88,7 +97,14 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 		outcome, responses, outside = cs.outcome, cs.responses, cs.outside
 		handback, hot = cs.handback, cs.hotRequests
 		cs.release()
-		if tc != nil && disp != proto.Disposition_KEEP_ALIVE {
+		switch {
+		case tc != nil && disp == proto.Disposition_KEEP_ALIVE && !outside:
+			// The TLS state stays here; the plaintext read ahead (part
+			// of a head, or requests past the rounds bound) with it.
+			pending = headend.Decided(carried)
+			w.keep(d.GetConnId(), &keptConn{nc: nc, tc: tc, fd: fd, plain: carried})
+			kept, carried = true, nil
+		case tc != nil:
 			// close_notify, bounded like any write.
 			nc.SetWriteDeadline(time.Now().Add(w.cfg.Limits.WriteTimeout))
 			tc.CloseWrite()
@@ -97,9 +113,11 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 			unix.Shutdown(fd, unix.SHUT_WR)
 		}
 	}
-	// Our copy is closed before Done: the supervisor then owns the
-	// connection alone.
-	nc.Close()
+	if !kept {
+		// Our copy is closed before Done: the supervisor then owns the
+		// connection alone.
+		nc.Close()
+	}
 	done := &proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
 		ConnId:      d.GetConnId(),
 		Disposition: disp,
@@ -109,6 +127,8 @@ func (w *Worker) serve(d *proto.Dispatch, fd int) {
 		Requests:    requests,
 		HotRequests: hot,
 		Handback:    handback,
+		Kept:        kept,
+		Pending:     pending,
 	}}}
 	// The slot is released before Done is written: once the supervisor
 	// reads Done it may dispatch again at once, and must never find the slot
@@ -153,6 +173,7 @@ type connServer struct {
 
 	fd        int    // the connection's descriptor, or -1; owned by nc
 	tls       bool   // nc is a TLS connection
+	tfd       int    // a TLS connection's descriptor, for peeks
 	port      string // the local port, once asked
 	portAsked bool
 }
@@ -202,6 +223,12 @@ func (cs *connServer) release() {
 func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 	held := 0 // rounds served in a row from input already held
 	for round := 1; ; round++ {
+		if cs.tls && !cs.tlsHeadReady() {
+			// Never wait for the rest of a head: the connection goes
+			// back to the supervisor, its plaintext kept here.
+			cs.handback = proto.Handback_PARTIAL_HEAD
+			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
+		}
 		keep, disp := cs.round()
 		if !keep {
 			return disp, nil, cs.requests
@@ -263,7 +290,9 @@ const (
 // there; the caller applies the complete-head rule to it.
 func (cs *connServer) hotWait() hotResult {
 	w := cs.w
-	if w.hotWindow <= 0 || w.draining.Load() {
+	if w.hotWindow <= 0 || w.draining.Load() || cs.tls {
+		// A TLS connection is parked between requests, its state kept
+		// here (affinity).
 		return hotNothing
 	}
 	if w.pressure.Load() {
@@ -320,10 +349,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	keep = head.Persistent() &&
 		cs.requests < maxRequestsPerConn &&
 		time.Since(cs.accepted) < maxConnAge &&
-		!cs.w.draining.Load() &&
-		// A TLS connection's state lives in this worker only, so it
-		// cannot be parked between requests without affinity.
-		!cs.tls
+		!cs.w.draining.Load()
 
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), connKey{}, cs))
 	defer cancel()

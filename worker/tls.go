@@ -7,14 +7,18 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"golang.org/x/sys/unix"
 )
 
 // TLS on the worker (docs/DESIGN.md §9): the handshake runs here, once the
@@ -145,21 +149,42 @@ func (s *remoteSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) 
 	return rep.GetSignature(), nil
 }
 
-// tlsTransport is the client connection under crypto/tls: the descriptor,
-// read after the bytes the supervisor carried (the ClientHello it read, if
-// any).
+// tlsTransport is the client connection under crypto/tls. It reads record
+// by record, never past the end of the record crypto/tls asked for: what
+// the worker has not read stays in the socket, starting at a record
+// boundary, where the dispatcher looks for the next complete record of a
+// parked connection.
 type tlsTransport struct {
 	*os.File
-	carried []byte
+	hdr  [recordHeader]byte
+	hdrN int // header bytes read of the current record
+	left int // body bytes of the current record not read yet
 }
 
+// recordHeader is a TLS record header's size.
+const recordHeader = 5
+
 func (t *tlsTransport) Read(p []byte) (int, error) {
-	if len(t.carried) > 0 {
-		n := copy(p, t.carried)
-		t.carried = t.carried[n:]
-		return n, nil
+	if t.hdrN == recordHeader && t.left == 0 {
+		t.hdrN = 0
 	}
-	return t.File.Read(p)
+	want := t.left
+	if t.hdrN < recordHeader {
+		want = recordHeader - t.hdrN
+	}
+	if len(p) > want {
+		p = p[:want]
+	}
+	n, err := t.File.Read(p)
+	if t.hdrN < recordHeader {
+		copy(t.hdr[t.hdrN:], p[:n])
+		if t.hdrN += n; t.hdrN == recordHeader {
+			t.left = int(binary.BigEndian.Uint16(t.hdr[3:5]))
+		}
+	} else {
+		t.left -= n
+	}
+	return n, err
 }
 
 // The addresses are never used by crypto/tls on a server connection.
@@ -172,7 +197,7 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File) (*tls.Conn, proto.Out
 	if cfg == nil {
 		return nil, proto.Outcome_BAD_REQUEST, fmt.Errorf("no TLS configuration for listener %q", d.GetListenerName())
 	}
-	tc := tls.Server(&tlsTransport{File: nc, carried: d.GetCarried()}, cfg)
+	tc := tls.Server(&tlsTransport{File: nc}, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
@@ -210,4 +235,127 @@ func (w *Worker) setTicketKeys(keys [][]byte) error {
 		cfg.SetSessionTicketKeys(ks)
 	}
 	return nil
+}
+
+// maxKeptTLS caps the idle TLS connections a worker keeps for affinity; over
+// it the oldest is closed with close_notify.
+const maxKeptTLS = 4096
+
+// keptConn is a TLS connection parked in the supervisor whose TLS state,
+// descriptor copy and read-ahead plaintext this worker keeps between rounds.
+type keptConn struct {
+	nc    *os.File
+	tc    *tls.Conn
+	fd    int
+	plain []byte
+	id    uint64
+	prev  *keptConn // older
+	next  *keptConn // newer
+}
+
+// keptSet is the worker's kept connections, by id and oldest first.
+type keptSet struct {
+	mu           sync.Mutex
+	byID         map[uint64]*keptConn
+	oldest, last *keptConn
+}
+
+func (s *keptSet) unlink(k *keptConn) {
+	if k.prev != nil {
+		k.prev.next = k.next
+	} else {
+		s.oldest = k.next
+	}
+	if k.next != nil {
+		k.next.prev = k.prev
+	} else {
+		s.last = k.prev
+	}
+	k.prev, k.next = nil, nil
+	delete(s.byID, k.id)
+}
+
+// keep parks k's state here; the caller sends Done with kept afterwards.
+// Over maxKeptTLS the oldest kept connection gets close_notify and is shut
+// down: the supervisor sees it close and forgets it.
+func (w *Worker) keep(id uint64, k *keptConn) {
+	k.id = id
+	w.kept.mu.Lock()
+	if w.kept.byID == nil {
+		w.kept.byID = make(map[uint64]*keptConn)
+	}
+	w.kept.byID[id] = k
+	k.prev = w.kept.last
+	if w.kept.last != nil {
+		w.kept.last.next = k
+	} else {
+		w.kept.oldest = k
+	}
+	w.kept.last = k
+	var evict *keptConn
+	if len(w.kept.byID) > maxKeptTLS {
+		evict = w.kept.oldest
+		w.kept.unlink(evict)
+	}
+	w.kept.mu.Unlock()
+	if evict != nil {
+		evict.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		evict.tc.CloseWrite()
+		unix.Shutdown(evict.fd, unix.SHUT_RDWR)
+		evict.nc.Close()
+	}
+}
+
+// unkeep takes back the kept connection id for a Dispatch without a
+// descriptor, or returns nil.
+func (w *Worker) unkeep(id uint64) *keptConn {
+	w.kept.mu.Lock()
+	defer w.kept.mu.Unlock()
+	k := w.kept.byID[id]
+	if k != nil {
+		w.kept.unlink(k)
+	}
+	return k
+}
+
+// forget closes a kept connection the supervisor closed (Forget). An id not
+// kept (closed here already) is ignored.
+func (w *Worker) forget(id uint64) {
+	if k := w.unkeep(id); k != nil {
+		k.nc.Close()
+	}
+}
+
+// tlsHeadReady decrypts the complete records already in the socket until
+// the plaintext held holds a decided head. It reports false when the records
+// are used up first: the connection goes back to the supervisor, which
+// dispatches it again when its next record is complete. A record that does
+// not decrypt is left to the round, which fails on it.
+func (cs *connServer) tlsHeadReady() bool {
+	for !headend.Decided(cs.pendingInput()) {
+		if !recordBuffered(cs.tfd) {
+			return false
+		}
+		cs.in.head(time.Now())
+		if _, err := cs.br.Peek(min(cs.pending()+1, cs.br.Size())); err != nil {
+			return true
+		}
+	}
+	return true
+}
+
+var recordPeek = sync.Pool{New: func() any { return make([]byte, recordHeader+1<<14+2048) }}
+
+// recordBuffered reports whether the socket fd holds a complete TLS record,
+// by the dispatcher's rule: the header peeked, and its length.
+func recordBuffered(fd int) bool {
+	buf := recordPeek.Get().([]byte)
+	defer recordPeek.Put(buf)
+	// recvmsg: the sandbox's filter allows it, recvfrom not.
+	n, _, _, _, err := unix.Recvmsg(fd, buf, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	if err != nil || n == 0 {
+		// Nothing (EAGAIN), or an end or error the round will read.
+		return err != unix.EAGAIN && err != unix.EINTR
+	}
+	return n >= recordHeader && n >= recordHeader+int(binary.BigEndian.Uint16(buf[3:5]))
 }

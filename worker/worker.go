@@ -38,6 +38,7 @@ type Worker struct {
 	cfg    *config.Config           // set once by Hello
 	router *router                  // set once by Hello
 	tls    map[string]*tls.Config   // by listener name; set once by Hello
+	kept   keptSet                  // TLS connections kept for affinity
 	pools  map[string]*upstreamPool // by upstream name; set once by Hello
 	id     uint32
 	conc   int
@@ -166,9 +167,18 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 				return err
 			}
 		case *proto.Frame_Dispatch:
-			if w.cfg == nil || fd < 0 {
+			var k *keptConn
+			switch {
+			case w.cfg == nil:
 				closeFD(fd)
-				return errors.New("Dispatch before Hello or without a descriptor")
+				return errors.New("Dispatch before Hello")
+			case !b.Dispatch.GetHasFd():
+				closeFD(fd)
+				if k = w.unkeep(b.Dispatch.GetConnId()); k == nil {
+					return fmt.Errorf("Dispatch without a descriptor of connection %d, which is not kept", b.Dispatch.GetConnId())
+				}
+			case fd < 0:
+				return errors.New("Dispatch without a descriptor")
 			}
 			if w.access != nil && !w.access.ready() {
 				// The supervisor sends the access log right after Hello.
@@ -181,7 +191,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			}
 			w.active.Add(1)
 			w.wg.Add(1)
-			go w.serve(b.Dispatch, fd)
+			go w.serve(b.Dispatch, fd, k)
 		case *proto.Frame_Ping:
 			// Sent from its own goroutine: this loop never blocks on a
 			// send, so the supervisor's frames are always read.
@@ -189,6 +199,8 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			go w.ch.Send(pong, -1)
 		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply, *proto.Frame_StreamReply, *proto.Frame_SignReply:
 			w.calls.deliver(reply{f: f, fd: fd})
+		case *proto.Frame_Forget:
+			w.forget(b.Forget.GetConnId())
 		case *proto.Frame_TicketKeys:
 			if err := w.setTicketKeys(b.TicketKeys.GetKeys()); err != nil {
 				return err

@@ -399,3 +399,67 @@ func TestTLSWorkerDeathClosesItsConnectionOnly(t *testing.T) {
 		t.Errorf("after killing one worker: %d connections served, %d closed; want 1 and 1", served, closed)
 	}
 }
+
+// A kept-alive TLS connection is parked in the supervisor between requests,
+// holding no worker slot, and each next request goes to the worker holding
+// its TLS state without a descriptor: three requests on one connection,
+// pipelined requests, and a head split over two records.
+func TestTLSKeepAliveParkedWithoutSlot(t *testing.T) {
+	s := startTLS(t, "")
+	before := s.snapshot()
+	raw := dialFrom(t, "127.0.0.2", s.tlsAddr)
+	c := tls.Client(raw, &tls.Config{ServerName: "rsa.test", InsecureSkipVerify: true})
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	parked := func(what string) {
+		s.waitFor(what, 10*time.Second, func(snap supervisor.Snapshot) bool {
+			return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
+		})
+	}
+	get := func(req string, n int) {
+		t.Helper()
+		fmt.Fprint(c, req)
+		for i := 0; i < n; i++ {
+			resp, body, err := readResponse(br, "GET")
+			if err != nil || resp.StatusCode != 200 || body != "ok\n" || resp.Close {
+				t.Fatalf("request %q, response %d: %v %v %q", req, i, resp, err, body)
+			}
+		}
+	}
+	for i := 0; i < 3; i++ {
+		get("GET /ok HTTP/1.1\r\nHost: rsa.test\r\n\r\n", 1)
+		parked(fmt.Sprintf("parked after request %d", i+1))
+	}
+	// Two requests in one record.
+	get("GET /ok HTTP/1.1\r\nHost: rsa.test\r\n\r\nGET /ok HTTP/1.1\r\nHost: rsa.test\r\n\r\n", 2)
+	parked("parked after the pipelined requests")
+	// A head in two records: the first part stays with the TLS state.
+	fmt.Fprint(c, "GET /ok HTTP/1.1\r\n")
+	parked("parked with part of a head")
+	get("Host: rsa.test\r\n\r\n", 1)
+	parked("parked after the split head")
+	after := s.snapshot()
+	if got := counter(t, after, "accepted") - counter(t, before, "accepted"); got != 1 {
+		t.Errorf("%d connections accepted, want 1", got)
+	}
+	if got := counter(t, after, "tls_affinity") - counter(t, before, "tls_affinity"); got < 4 {
+		t.Errorf("%d dispatches by affinity, want at least 4", got)
+	}
+	if got := counter(t, after, "tls_signs") - counter(t, before, "tls_signs"); got != 1 {
+		t.Errorf("%d signatures for one connection", got)
+	}
+	// curl: three URLs, one connection.
+	out, err := s.curl(t, "default.test", s.def, "/ok", "https://default.test:"+portOf(s.tlsAddr)+"/ok", "https://default.test:"+portOf(s.tlsAddr)+"/ok")
+	if err != nil || out != "ok\nok\nok\n" {
+		t.Errorf("curl, three requests: %v %q", err, out)
+	}
+	if got := counter(t, s.snapshot(), "accepted") - counter(t, after, "accepted"); got != 1 {
+		t.Errorf("curl used %d connections for three requests", got)
+	}
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
