@@ -463,3 +463,64 @@ func portOf(addr string) string {
 	_, port, _ := net.SplitHostPort(addr)
 	return port
 }
+
+// A worker's death closes the idle TLS connections whose state it kept, and
+// no other: a TLS connection kept by the other worker and a parked plain
+// connection are served after it.
+func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
+	s := startTLS(t, "")
+	s.expectDeaths(1)
+	dialTLS := func(src string) (*tls.Conn, *bufio.Reader) {
+		c := tls.Client(dialFrom(t, src, s.tlsAddr), &tls.Config{ServerName: "default.test", InsecureSkipVerify: true})
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	get := func(c net.Conn, br *bufio.Reader) error {
+		fmt.Fprint(c, "GET /ok HTTP/1.1\r\nHost: default.test\r\n\r\n")
+		resp, body, err := readResponse(br, "GET")
+		if err == nil && (resp.StatusCode != 200 || body != "ok\n") {
+			err = fmt.Errorf("%d %q", resp.StatusCode, body)
+		}
+		return err
+	}
+	// A: kept by worker 0, the first of two idle workers.
+	a, abr := dialTLS("127.0.0.2")
+	defer a.Close()
+	if err := get(a, abr); err != nil {
+		t.Fatal(err)
+	}
+	// B: kept by worker 1, while a streamed body holds worker 0.
+	hold := dialFrom(t, "127.0.0.4", s.addr)
+	defer hold.Close()
+	fmt.Fprint(hold, holdRequest)
+	if snap := s.waitFor("a connection held", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 1 }); snap.Workers[0].Active != 1 {
+		t.Fatalf("the held connection is not at worker 0: %+v", snap.Workers)
+	}
+	b, bbr := dialTLS("127.0.0.3")
+	defer b.Close()
+	if err := get(b, bbr); err != nil {
+		t.Fatal(err)
+	}
+	hold.Write([]byte("x"))
+	hbr := bufio.NewReader(hold)
+	if resp, _, err := readResponse(hbr, "POST"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the held request: %v %v", resp, err)
+	}
+	snap := s.waitFor("all parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		return snap.AtWorkers == 0 && snap.Conns["idle"] == 3
+	})
+	if err := syscall.Kill(snap.Workers[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("the death counted", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["worker_deaths"] == 1 })
+	if err := get(a, abr); err == nil {
+		t.Error("the TLS connection kept by the dead worker still works")
+	}
+	if err := get(b, bbr); err != nil {
+		t.Errorf("the TLS connection kept by the other worker: %v", err)
+	}
+	fmt.Fprint(hold, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, body, err := readResponse(hbr, "GET"); err != nil || resp.StatusCode != 200 || body != "ok\n" {
+		t.Errorf("the parked plain connection: %v %v %q", resp, err, body)
+	}
+}
