@@ -121,16 +121,17 @@ func TestUploadUnauthorized(t *testing.T) {
 	}
 }
 
-// An authorized 5 MiB upload at 64 KiB/s is read in full (it stays above the
-// 16 KiB/s minimum rate), answered after a 100 Continue.
+// An authorized 2 MiB upload at 64 KiB/s (32 s, well past the minimum rate's
+// 10 s grace) is read in full (it stays above the 16 KiB/s minimum rate),
+// answered after a 100 Continue.
 func TestUploadAuthorizedSlow(t *testing.T) {
 	if testing.Short() {
-		t.Skip("an 80 s upload")
+		t.Skip("a 32 s upload")
 	}
 	h := start(t, uploadConfig())
 	c := dialFrom(t, "127.0.0.2", h.addr)
 	defer c.Close()
-	const size, rate = 5 << 20, 64 << 10
+	const size, rate = 2 << 20, 64 << 10
 	c.SetDeadline(time.Now().Add(3 * time.Minute))
 	br := bufio.NewReader(c)
 	fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", uploadToken, size)

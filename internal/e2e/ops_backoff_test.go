@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"syscall"
@@ -10,16 +11,17 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
-// A worker killed 20 times in a row is respawned after growing delays (100 ms
-// doubling to 10 s), seen in `gatehousectl status -json`, and serves again
-// once the kills stop. Before each kill the worker serves one request: one
-// that dies before it was ever handed a connection is throttled for a minute
-// instead.
-// About 2.5 minutes (the delays add up to 143 s).
+// A worker killed 10 times in a row is respawned after growing delays (100 ms
+// doubling to 10 s, then held at 10 s for the last three), seen in
+// `gatehousectl status -json`, and serves again once the kills stop. Before
+// each kill the worker serves one request: one that dies before it was ever
+// handed a connection is throttled for a minute instead.
+// About 45 seconds (the delays add up to 42.7 s).
 func TestOpsWorkerBackoff(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes about 2.5 minutes")
+		t.Skip("takes about 45 seconds")
 	}
+	const kills = 10
 	p, sock, _ := startAdmin(t, `
 workers {
   count = 1
@@ -28,7 +30,7 @@ limits {
   no_worker_timeout = "30s"
 }
 `)
-	p.expectDeaths(20)
+	p.expectDeaths(kills)
 	worker := func() adminapi.Worker {
 		t.Helper()
 		st := ctlJSON(t, sock, "status").Status
@@ -53,7 +55,7 @@ limits {
 	}
 
 	want := 0.1
-	for i := range 20 {
+	for i := range kills {
 		before := worker()
 		// One request reaches the (only) worker, waiting out its respawn.
 		if code, _ := opsGet(t, p.addr, "/ok"); code != 200 {
@@ -86,11 +88,12 @@ limits {
 		}
 	}
 	w := worker()
-	if w.State != "ready" || w.Restarts != 20 || w.BackoffSeconds != 10 {
+	if w.State != "ready" || w.Restarts != kills || w.BackoffSeconds != 10 {
 		t.Errorf("after the kills: %+v", w)
 	}
 	m := ctlJSON(t, sock, "metrics").Metrics
-	if !strings.Contains(m, `gatehouse_worker_deaths_total{reason="signal",signal="SIGKILL"} 20`) || !strings.Contains(m, `gatehouse_worker_restarts_total{slot="0"} 20`) {
-		t.Errorf("metrics after 20 kills lack the deaths and restarts:\n%s", m)
+	if !strings.Contains(m, fmt.Sprintf(`gatehouse_worker_deaths_total{reason="signal",signal="SIGKILL"} %d`, kills)) ||
+		!strings.Contains(m, fmt.Sprintf(`gatehouse_worker_restarts_total{slot="0"} %d`, kills)) {
+		t.Errorf("metrics after %d kills lack the deaths and restarts:\n%s", kills, m)
 	}
 }
