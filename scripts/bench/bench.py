@@ -90,13 +90,17 @@ def spawn(argv, cwd=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, 
 
 
 def children(pid):
+    """Every descendant of pid: gatehouse started as root runs its workers
+    under a spawner process, so they are the supervisor's grandchildren."""
     out = []
     for task in os.listdir("/proc/%d/task" % pid) if os.path.exists("/proc/%d/task" % pid) else []:
         try:
             with open("/proc/%d/task/%s/children" % (pid, task)) as f:
-                out += [int(x) for x in f.read().split()]
+                kids = [int(x) for x in f.read().split()]
         except OSError:
-            pass
+            continue
+        for k in kids:
+            out += [k] + children(k)
     return out
 
 
