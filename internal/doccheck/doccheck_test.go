@@ -1,6 +1,7 @@
-// Package doccheck holds tests that keep the repository self-contained: no
-// file cites a document outside it, and every citation of docs/DESIGN.md
-// names a section that exists.
+// Package doccheck holds tests that keep the repository self-contained and
+// readable: no file cites a document outside it, every citation of
+// docs/DESIGN.md names a section that exists, and no hand-written Go source
+// file outgrows one concern.
 package doccheck
 
 import (
@@ -112,6 +113,22 @@ func TestDesignCitationsExist(t *testing.T) {
 					t.Errorf("%s:%d cites docs/DESIGN.md §%s, which does not exist", path, i+1, m[1])
 				}
 			}
+		}
+	}
+}
+
+// maxSourceLines bounds a hand-written Go source file: past it a file has
+// usually grown more than one concern, and should be split by concern as
+// the dispatcher was.
+const maxSourceLines = 500
+
+func TestSourceFilesStaySmall(t *testing.T) {
+	for path, text := range sources(t) {
+		if filepath.Ext(path) != ".go" || strings.HasSuffix(path, "_test.go") || strings.HasSuffix(path, ".pb.go") {
+			continue
+		}
+		if n := strings.Count(text, "\n"); n > maxSourceLines {
+			t.Errorf("%s has %d lines, over %d: split it by concern", path, n, maxSourceLines)
 		}
 	}
 }
