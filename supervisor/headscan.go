@@ -104,14 +104,8 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		return
 	}
 	if c.state != stateHead {
-		n, _, err := unix.Recvfrom(c.fd, d.peekBuf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		switch {
-		case err == unix.EAGAIN || err == unix.EINTR:
-			d.arm(c)
-			return
-		case err != nil || n == 0:
-			d.c.peerClosed++
-			d.closeConn(c)
+		n := d.input(c, d.peekBuf, true)
+		if n == 0 {
 			return
 		}
 		if c.state == stateIdle && emptyLines(d.peekBuf[:n]) {
@@ -131,7 +125,7 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		}
 		// Part of a head: take it out of the socket, so later wake-ups
 		// read only what is new.
-		n, err = unix.Read(c.fd, d.peekBuf[:n])
+		n, err := unix.Read(c.fd, d.peekBuf[:n])
 		if err != nil || n <= 0 {
 			d.closeConn(c)
 			return
@@ -141,15 +135,9 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		d.arm(c)
 		return
 	}
-	n, err := unix.Read(c.fd, d.peekBuf[:headend.MaxHead-len(c.head)])
-	switch {
-	case err == unix.EAGAIN || err == unix.EINTR:
-		d.arm(c)
-		return
-	case err != nil || n == 0:
-		// The client closed or reset mid-head: nothing to answer.
-		d.c.peerClosed++
-		d.closeConn(c)
+	// A client that closed or reset mid-head gets no answer.
+	n := d.input(c, d.peekBuf[:headend.MaxHead-len(c.head)], false)
+	if n == 0 {
 		return
 	}
 	d.growHead(c, d.peekBuf[:n])
@@ -358,4 +346,27 @@ func (d *dispatcher) updateStress(now time.Time) {
 		d.log.Info("admission pressure over: stress mode off",
 			"first_byte_timeout", d.firstByteTimeout(), "head_timeout", d.headTimeout())
 	}
+}
+
+// input peeks at (peek) or reads up to len(buf) bytes of c's input. It
+// returns 0 when this wake-up is over: nothing there yet (c is re-armed), or
+// the peer closed or reset the connection (c is closed and counted).
+func (d *dispatcher) input(c *conn, buf []byte, peek bool) int {
+	var n int
+	var err error
+	if peek {
+		n, _, err = unix.Recvfrom(c.fd, buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	} else {
+		n, err = unix.Read(c.fd, buf)
+	}
+	switch {
+	case err == unix.EAGAIN || err == unix.EINTR:
+		d.arm(c)
+		return 0
+	case err != nil || n == 0:
+		d.c.peerClosed++
+		d.closeConn(c)
+		return 0
+	}
+	return n
 }

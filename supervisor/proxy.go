@@ -36,14 +36,8 @@ func (d *dispatcher) proxyListener(name string) bool {
 // readProxy reads the PROXY header of a readable connection in state proxy.
 func (d *dispatcher) readProxy(c *conn, now time.Time) {
 	buf := d.peekBuf[:proxyproto.MaxLen]
-	n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	switch {
-	case err == unix.EAGAIN || err == unix.EINTR:
-		d.arm(c)
-		return
-	case err != nil || n == 0:
-		d.c.peerClosed++
-		d.closeConn(c)
+	n := d.input(c, buf, true)
+	if n == 0 {
 		return
 	}
 	h, hlen, err := proxyproto.Parse(buf[:n])

@@ -188,14 +188,8 @@ var canned400TLS = []byte("HTTP/1.1 400 Bad Request\r\n" +
 // the connection stays parked under its timer (first byte, keep-alive), and
 // SO_RCVLOWAT keeps it quiet until the record's last byte arrives.
 func (d *dispatcher) readTLS(c *conn, now time.Time) {
-	n, _, err := unix.Recvfrom(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	switch {
-	case err == unix.EAGAIN || err == unix.EINTR:
-		d.arm(c)
-		return
-	case err != nil || n == 0:
-		d.c.peerClosed++
-		d.closeConn(c)
+	n := d.input(c, d.peekBuf[:recordMax+recordHeader], true)
+	if n == 0 {
 		return
 	}
 	b := d.peekBuf[:n]
