@@ -24,6 +24,8 @@ func TestMain(m *testing.M) {
 			os.Exit(worker.Run(os.Args[2:], worker.Options{Handlers: testHandlers()}))
 		case "hostile-worker":
 			os.Exit(hostileWorker(os.Args[2:]))
+		case usernsRefusedArg:
+			os.Exit(usernsRefused(os.Args[2:]))
 		case spawner.Arg:
 			os.Exit(spawner.Main())
 		}
