@@ -470,6 +470,11 @@ func portOf(addr string) string {
 func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 	s := startTLS(t, "")
 	s.expectDeaths(1)
+	// Both workers must be ready: the dispatcher picks the least busy
+	// ready worker, which is what places A and B on different workers.
+	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
+	})
 	dialTLS := func(src string) (*tls.Conn, *bufio.Reader) {
 		c := tls.Client(dialFrom(t, src, s.tlsAddr), &tls.Config{ServerName: "default.test", InsecureSkipVerify: true})
 		c.SetDeadline(time.Now().Add(20 * time.Second))

@@ -222,19 +222,19 @@ route "/ok" {
 
 // A worker that releases its upstream connections but keeps the sockets
 // holds dead sockets: the supervisor shut each down before counting it free,
-// so the upstream never sees more than one of them open.
+// so no request goes through a kept copy and the upstream sees every one of
+// them closed. (How many the upstream sees open at one instant is not
+// asserted: its handlers notice a close asynchronously, so on a loaded
+// machine the next dial can be accepted before the last close is seen.)
 func TestHostileWorkerReleaseKeepsSocket(t *testing.T) {
 	up := startCountingUpstream(t)
 	h := startNoWait(t, budgetConfig(up.addr), "hostile-worker", "release-keep")
 	done := h.waitLog("hostile: release-keep done", 30*time.Second)
 	ok, alive, dead := logInt(t, done, "ok"), logInt(t, done, "alive"), logInt(t, done, "dead")
 	_, most, seen := up.counts()
-	t.Logf("%s; upstream saw %d connections, at most %d open", done, seen, most)
+	t.Logf("%s; upstream saw %d connections, at most %d open at once", done, seen, most)
 	if ok != budgetDials || dead != ok || alive != 0 {
 		t.Errorf("%d dials given, %d kept copies still alive, %d dead; want %d given, all dead", ok, alive, dead, budgetDials)
-	}
-	if most > 1 {
-		t.Errorf("the upstream had %d connections open at once from a worker that released each before the next dial", most)
 	}
 	// Every connection is closed at the upstream, though the worker still
 	// holds a descriptor of each.
