@@ -47,8 +47,10 @@ log {
 		t.Fatalf("client b: %v (a's hot connection was not handed back)", err)
 	}
 	s = h.snapshot()
-	if n := counter(t, s, "handback_pressure"); n != 1 {
-		t.Errorf("handback_pressure = %d, want 1", n)
+	// At least a's hand-back; b's own hot wait may also end under pressure
+	// if the notice that pressure ended reaches the worker after it.
+	if n := counter(t, s, "handback_pressure"); n < 1 {
+		t.Errorf("handback_pressure = %d, want at least 1", n)
 	}
 	if n := counter(t, s, "pool_waits"); n != 1 {
 		t.Errorf("pool_waits = %d, want 1: b waited for a's slot", n)

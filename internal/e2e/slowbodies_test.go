@@ -57,8 +57,10 @@ func startBodyUpstream(t *testing.T) *bodyUpstream {
 
 // slowBody sends a POST with Content-Length n in 2 KiB pieces every 100 ms
 // (about 20 KiB/s, above the minimum body rate) and returns when the body is
-// sent, the server answered or closed, or ctx ended. It returns when the last
-// byte was written (zero if it was not).
+// sent, the server answered or closed, or ctx ended. It returns the time
+// taken just before the write of the last byte (zero if that write failed):
+// nothing may reach the upstream's handler before it, and a time taken after
+// the write could be late on a loaded machine.
 func slowBody(ctx context.Context, src, addr, path, id string, n int, slow bool) (last time.Time, resp *http.Response, err error) {
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -78,8 +80,10 @@ func slowBody(ctx context.Context, src, addr, path, id string, n int, slow bool)
 		return last, nil, err
 	}
 	piece := []byte(strings.Repeat("b", 2048))
+	var beforeLast time.Time
 	for sent := 0; sent < n; {
 		k := min(len(piece), n-sent)
+		beforeLast = time.Now()
 		if _, err := c.Write(piece[:k]); err != nil {
 			return last, nil, err
 		}
@@ -88,7 +92,7 @@ func slowBody(ctx context.Context, src, addr, path, id string, n int, slow bool)
 			return last, nil, ctx.Err()
 		}
 	}
-	last = time.Now()
+	last = beforeLast
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	resp, _, err = readResponse(bufio.NewReader(c), "POST")
 	return last, resp, err
