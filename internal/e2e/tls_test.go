@@ -494,6 +494,12 @@ func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 	if err := get(a, abr); err != nil {
 		t.Fatal(err)
 	}
+	// The worker's Done may reach the supervisor after the answer reached
+	// us: until A is parked, worker 0 still counts it as active, and the
+	// hold below could land on worker 1.
+	s.waitFor("A parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
+	})
 	// B: kept by worker 1, while a streamed body holds worker 0.
 	hold := dialFrom(t, "127.0.0.4", s.addr)
 	defer hold.Close()
