@@ -106,12 +106,12 @@ log {
 	}
 }
 
-// 10 000 kept-alive connections, each after one request, then idle: every
-// one is parked in the supervisor and no worker holds any, for as long as
-// they stay idle. The real binary runs it, so that the test's descriptors
+// 10 000 kept-alive connections, each after one request, then idle for a
+// minute: every one is parked in the supervisor and no worker holds any, for
+// as long as they stay idle. The real binary runs it, so that the test's descriptors
 // and the supervisor's are counted apart.
 func TestIdleKeptAliveLeaveWorkersEmpty(t *testing.T) {
-	const conns, addrs, idle = 10000, 50, 15 * time.Second
+	const conns, addrs, idle = 10000, 50, 60 * time.Second
 	dir := writeConfig(t, `
 workers {
   count       = 2
