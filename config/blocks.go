@@ -44,7 +44,7 @@ var (
 		Blocks:     listenerBlocks,
 	}
 	workersSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}},
+		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}, {Name: "tls_max_idle_sessions"}},
 	}
 	limitsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -350,6 +350,7 @@ func (d *decoder) workers(b *hcl.Block, w *Workers) {
 	intAttr(d, attrs, "concurrency", "workers.concurrency", 1, 1024, &w.Concurrency)
 	intAttr(d, attrs, "max_rounds_per_worker", "workers.max_rounds_per_worker", 0, 1<<40, &w.MaxRoundsPerWorker)
 	durationAttr(d, attrs, "hot_window", "workers.hot_window", 0, 10*time.Second, &w.HotWindow)
+	intAttr(d, attrs, "tls_max_idle_sessions", "workers.tls_max_idle_sessions", 1, 3072, &w.TLSMaxIdleSessions)
 }
 
 func (d *decoder) limits(b *hcl.Block, l *Limits) {

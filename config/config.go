@@ -116,6 +116,11 @@ type Workers struct {
 	// MaxRoundsPerWorker recycles a worker after this many rounds; it is
 	// replaced before it leaves (0..2^40, default 0: never).
 	MaxRoundsPerWorker int64
+	// TLSMaxIdleSessions caps the idle TLS connections one worker keeps
+	// between requests (affinity); over it the oldest gets close_notify
+	// (1..3072, default 2048: each holds a descriptor, under the worker's
+	// limit of 4096).
+	TLSMaxIdleSessions int
 }
 
 // Pool is the number of connections that may be out at workers at once.

@@ -7,8 +7,11 @@ import (
 
 // Defaults for every key the file may leave out (docs/DESIGN.md §7).
 const (
-	DefaultWorkerCount             = 4
-	DefaultWorkerConcurrency       = 8
+	DefaultWorkerCount       = 4
+	DefaultWorkerConcurrency = 8
+	// DefaultTLSMaxIdleSessions leaves room under the worker's descriptor
+	// limit (4096) for its connections in flight and upstream connections.
+	DefaultTLSMaxIdleSessions      = 2048
 	DefaultFirstByteTimeout        = 5 * time.Second
 	DefaultKeepAliveIdleTimeout    = 15 * time.Second
 	DefaultKeepAliveMaxConnections = 10000
@@ -66,6 +69,8 @@ func defaults() Config {
 			Count:       DefaultWorkerCount,
 			Concurrency: DefaultWorkerConcurrency,
 			HotWindow:   2 * time.Millisecond,
+
+			TLSMaxIdleSessions: DefaultTLSMaxIdleSessions,
 		},
 		Limits: Limits{
 			FirstByteTimeout:               DefaultFirstByteTimeout,

@@ -152,6 +152,8 @@ func TestRanges(t *testing.T) {
 			func(c *Config) any { return int64(c.Limits.DeathPenaltyMaxClients) }},
 		"workers.hot_window": {"workers {\n  hot_window = %s\n}\n" + minimal, time.Duration(0), 10 * time.Second,
 			func(c *Config) any { return c.Workers.HotWindow }},
+		"workers.tls_max_idle_sessions": {"workers {\n  tls_max_idle_sessions = %s\n}\n" + minimal, int64(1), int64(3072),
+			func(c *Config) any { return int64(c.Workers.TLSMaxIdleSessions) }},
 		"access_log_buffer": {"log {\n  access_log_buffer = %s\n}\n" + minimal, int64(0), int64(1 << 20),
 			func(c *Config) any { return int64(c.Log.AccessLogBuffer) }},
 		"access_log_flush": {"log {\n  access_log_flush = %s\n}\n" + minimal, 10 * time.Millisecond, time.Minute,

@@ -237,10 +237,6 @@ func (w *Worker) setTicketKeys(keys [][]byte) error {
 	return nil
 }
 
-// maxKeptTLS caps the idle TLS connections a worker keeps for affinity; over
-// it the oldest is closed with close_notify.
-const maxKeptTLS = 4096
-
 // keptConn is a TLS connection parked in the supervisor whose TLS state,
 // descriptor copy and read-ahead plaintext this worker keeps between rounds.
 type keptConn struct {
@@ -276,8 +272,8 @@ func (s *keptSet) unlink(k *keptConn) {
 }
 
 // keep parks k's state here; the caller sends Done with kept afterwards.
-// Over maxKeptTLS the oldest kept connection gets close_notify and is shut
-// down: the supervisor sees it close and forgets it.
+// Over workers.tls_max_idle_sessions the oldest kept connection gets
+// close_notify and is shut down: the supervisor sees it close and forgets it.
 func (w *Worker) keep(id uint64, k *keptConn) {
 	k.id = id
 	w.kept.mu.Lock()
@@ -293,7 +289,7 @@ func (w *Worker) keep(id uint64, k *keptConn) {
 	}
 	w.kept.last = k
 	var evict *keptConn
-	if len(w.kept.byID) > maxKeptTLS {
+	if len(w.kept.byID) > w.cfg.Workers.TLSMaxIdleSessions {
 		evict = w.kept.oldest
 		w.kept.unlink(evict)
 	}

@@ -87,6 +87,12 @@ type tlsSite struct {
 
 func startTLS(t *testing.T, extra string) *tlsSite {
 	t.Helper()
+	return startTLSWith(t, "", extra)
+}
+
+// startTLSWith is startTLS with workers added to the workers block.
+func startTLSWith(t *testing.T, workers, extra string) *tlsSite {
+	t.Helper()
 	keys := t.TempDir() // mode 0700: no worker account can search it
 	s := &tlsSite{
 		def:      writeCert(t, keys, "default", false, "default.test"),
@@ -117,7 +123,8 @@ sandbox {
   seccomp_action = "kill"
 }
 %s
-%s`, s.def.cert, s.def.key, s.rsa.cert, s.rsa.key, s.wildcard.cert, s.wildcard.key, sandboxConfig(www), extra))
+%s`, s.def.cert, s.def.key, s.rsa.cert, s.rsa.key, s.wildcard.cert, s.wildcard.key,
+		strings.Replace(sandboxConfig(www), "workers {\n", "workers {\n"+workers, 1), extra))
 	s.tlsAddr = s.sup.Addrs()[1].String()
 	return s
 }
