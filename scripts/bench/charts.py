@@ -18,7 +18,10 @@ import statistics
 import sys
 
 COLORS = {"gatehouse": "#d62728", "nethttp": "#1f77b4", "nginx": "#2ca02c", "gatehouse-4x8": "#ff9896"}
-LABEL = {"gatehouse": "gatehouse", "nethttp": "net/http", "nginx": "nginx", "gatehouse-4x8": "gatehouse 4x8"}
+LABEL = {"gatehouse": "gatehouse", "nethttp": "net/http", "nginx": "nginx", "gatehouse-4x8": "gatehouse 4x8",
+         "gatehouse-tls": "gatehouse tuned", "gatehouse-4x8-tls": "gatehouse as shipped (4x8)",
+         "nethttp-tls": "net/http (crypto/tls)", "nginx-tls": "nginx (OpenSSL)"}
+TLS_SERVERS = ["gatehouse-tls", "gatehouse-4x8-tls", "nethttp-tls", "nginx-tls"]
 SERVERS = ["gatehouse", "nethttp", "nginx"]
 
 
@@ -325,6 +328,7 @@ def tables(res, rdir):
                 LABEL.get(r["server"], r["server"]), r["rps"] or 0, r["main_cpu_us_per_request"] or 0,
                 "%.1f" % r["children_cpu_us_per_request"] if r.get("children_cpu_us_per_request") is not None else "n/a",
                 r["ctx_switches_per_request"] or 0))
+    out += tls_tables(res, rdir)
     ipc = res.get("ipc")
     if ipc:
         out.append("\n#### Hand-off (`%s`; median (min–max) of %d runs)\n" % (ipc["command"], res["config"]["rounds"]))
@@ -338,6 +342,63 @@ def tables(res, rdir):
                                                       fmt(agg([r.get("B/op") for r in rows])),
                                                       fmt(agg([r.get("allocs/op") for r in rows]))))
     return "\n".join(out)
+
+
+def tls_tables(res, rdir):
+    t = res.get("tls") or {}
+    rows, idle = t.get("rows", []), t.get("idle", [])
+    out = []
+    if rows:
+        with open(os.path.join(rdir, "tls.tsv"), "w") as f:
+            f.write("server\tmeasure\tconns\tround\trps\tp50_ms\tp99_ms\tresumed\tfailed\tloadavg_before\n")
+            for r in rows:
+                f.write("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" % (
+                    r["server"], r["measure"], r["conns"], r["round"], r.get("rps"), r.get("p50_ms"), r.get("p99_ms"),
+                    r.get("resumed", ""), r.get("failed", ""), r.get("loadavg_before")))
+        rounds = len({r["round"] for r in rows})
+        out.append("\n#### TLS (ECDSA P-256, TLS 1.3, X25519; %d interleaved rounds; median (min–max))\n" % rounds)
+        out.append("| server | measure | conns | per second | p50 ms | p99 ms | ratio to net/http | resumed / failed | errors |")
+        out.append("|---|---|---:|---:|---:|---:|---:|---|---|")
+        keys = []
+        for r in rows:
+            if (r["measure"], r["conns"]) not in keys:
+                keys.append((r["measure"], r["conns"]))
+        for measure, c in keys:
+            base = agg([r.get("rps") for r in rows if r["server"] == "nethttp-tls" and r["measure"] == measure and r["conns"] == c])
+            for s in TLS_SERVERS:
+                sel = [r for r in rows if r["server"] == s and r["measure"] == measure and r["conns"] == c]
+                if not sel:
+                    continue
+                a = agg([r.get("rps") for r in sel])
+                errs = {}
+                for r in sel:
+                    for k, v in (r.get("errors") or r.get("socket_errors") or {}).items():
+                        errs[k] = errs.get(k, 0) + v
+                out.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s |" % (
+                    LABEL[s], "new handshakes" if measure == "handshake" else "keep-alive requests", c, fmt(a),
+                    fmt(agg([r.get("p50_ms") for r in sel]), 2), fmt(agg([r.get("p99_ms") for r in sel]), 2),
+                    "%.2f×" % (a[0] / base[0]) if a and base else "n/a",
+                    "%s / %s" % (sum(r.get("resumed") or 0 for r in sel), sum(r.get("failed") or 0 for r in sel))
+                    if measure == "handshake" else "–",
+                    ", ".join("%s %d" % kv for kv in sorted(errs.items())) or "–"))
+    if idle:
+        n = res["config"].get("tls_idle_conns")
+        out.append("\n#### Idle TLS connections after one request each (%s held, %d rounds; median (min–max))\n" % (
+            n, len({r["round"] for r in idle})))
+        out.append("| server | opened / still open | main process B/conn | workers B/conn | total B/conn | ratio to nginx |")
+        out.append("|---|---|---:|---:|---:|---:|")
+        ng = agg([r["total_bytes_per_conn"] for r in idle if r["server"] == "nginx-tls"])
+        for s in TLS_SERVERS:
+            sel = [r for r in idle if r["server"] == s]
+            if not sel:
+                continue
+            a = agg([r["total_bytes_per_conn"] for r in sel])
+            out.append("| %s | %d / %d | %s | %s | %s | %s |" % (
+                LABEL[s], min(r["opened"] for r in sel), min((r.get("still_open") or 0) for r in sel),
+                fmt(agg([r["main_bytes_per_conn"] for r in sel])),
+                fmt(agg([r["children_bytes_per_conn"] for r in sel])) if s != "nethttp-tls" else "–", fmt(a),
+                "%.2f×" % (a[0] / ng[0]) if a and ng else "n/a"))
+    return out
 
 
 def main():

@@ -9,10 +9,13 @@
 // finished (or -open-timeout passed) it prints one JSON line {"phase":"ready",...}
 // and holds the connections for -hold (or until SIGINT/SIGTERM), then counts
 // how many the server has closed meanwhile, prints {"phase":"done",...} and exits.
+// With -tls each connection first completes a full TLS handshake (X25519, no
+// session cache, the certificate not verified) and holds the TLS connection.
 package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -48,7 +51,10 @@ func main() {
 	hold := flag.Duration("hold", 30*time.Second, "how long to hold them")
 	openTimeout := flag.Duration("open-timeout", 60*time.Second, "give up opening after this long")
 	par := flag.Int("parallel", 128, "dials in flight")
+	useTLS := flag.Bool("tls", false, "complete a TLS handshake on each connection")
 	flag.Parse()
+	tcfg := &tls.Config{ServerName: "bench", InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},
+		CurvePreferences: []tls.CurveID{tls.X25519}, MinVersion: tls.VersionTLS12}
 
 	start := time.Now()
 	deadline := start.Add(*openTimeout)
@@ -83,6 +89,17 @@ func main() {
 				if err != nil {
 					note(err)
 					continue
+				}
+				if *useTLS {
+					tc := tls.Client(c, tcfg)
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					if err := tc.Handshake(); err != nil {
+						c.Close()
+						note(err)
+						continue
+					}
+					c.SetDeadline(time.Time{})
+					c = tc
 				}
 				if *request {
 					c.SetDeadline(time.Now().Add(10 * time.Second))
