@@ -694,7 +694,7 @@ def phase_profile(args, gh, res):
         prof["wrk"] = out.decode()
         prof["cpu_seconds_over_8s"] = {("supervisor" if p == pid else "worker %d" % p): (t1[p] - t0[p]) / CLK for p in t0}
         for tag, data, _ in perfs:
-            rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
+            rep = subprocess.run(["perf", "report", "-i", data, "--symfs=/", "--stdio", "--no-children", "-g", "none",
                                   "--sort", "dso,symbol", "--percent-limit", "0.7"],
                                  capture_output=True, text=True, timeout=300)
             txt = "\n".join(l for l in rep.stdout.splitlines() if l and not l.startswith("#"))
@@ -780,6 +780,7 @@ def phase_tls(args, res, tmp, logdir, nethttp_bin):
     RSS per idle TLS connection after one request (fresh servers)."""
     cert = make_cert(args.out)
     out = res.setdefault("tls", {})
+    out["loadavg_start"] = open("/proc/loadavg").read().strip()
     out["certificate"] = {"type": "ECDSA P-256, self-signed, generated with openssl at bench time",
                           "path": os.path.relpath(cert[0], args.out)}
     out["handshake_client"] = ("scripts/bench/handshake: %d goroutines, each a fresh TCP connection, a full "
@@ -866,6 +867,7 @@ def phase_tls(args, res, tmp, logdir, nethttp_bin):
             finally:
                 s.stop()
             time.sleep(1)
+    out["loadavg_end"] = open("/proc/loadavg").read().strip()
     out["summary"] = tls_summary(out)
     log("tls summary: %s" % json.dumps(out["summary"]))
 
@@ -924,12 +926,20 @@ def perf_under(args, gh, load_argv, tag, prof, seconds=8):
          "cpu_seconds": {("supervisor" if p == pid else "process %d" % p): (t1[p] - t0[p]) / CLK for p in t0},
          "seconds": seconds}
     for who, data, _ in perfs:
-        rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
+        # --symfs=/: the workers' mount namespace no longer holds the binary
+        rep = subprocess.run(["perf", "report", "-i", data, "--symfs=/", "--stdio", "--no-children", "-g", "none",
                               "--sort", "dso,symbol", "--percent-limit", "0.7"],
                              capture_output=True, text=True, timeout=300)
         txt = "\n".join(l for l in rep.stdout.splitlines() if l and not l.startswith("#"))
         with open(os.path.join(logdir, "perf-%s-%s.txt" % (tag, who)), "w") as f:
             f.write(rep.stdout + rep.stderr)
+        # inclusive time per function (callers credited with their callees)
+        inc = subprocess.run(["perf", "report", "-i", data, "--symfs=/", "--stdio", "--children", "-g", "none",
+                              "--sort", "symbol", "--percent-limit", "2"],
+                             capture_output=True, text=True, timeout=300)
+        with open(os.path.join(logdir, "perf-%s-%s-inclusive.txt" % (tag, who)), "w") as f:
+            f.write(inc.stdout + inc.stderr)
+        r["perf_inclusive_" + who] = "\n".join(l for l in inc.stdout.splitlines() if l and not l.startswith("#"))[:8000]
         r["perf_" + who] = txt[:6000]
         log("perf %s %s top:\n%s" % (tag, who, "\n".join(txt.splitlines()[:15])))
     log("%s: cpu seconds over %d s: %s" % (tag, seconds, r["cpu_seconds"]))

@@ -11,7 +11,8 @@
 #
 # Environment:
 #   GATEHOUSE_BIN   binary to measure (default bin/gatehouse, which `make bench` builds)
-#   BENCH_ARGS      extra bench.py flags, e.g. "--rounds 3 --duration 10 --phases throughput"
+#   BENCH_ARGS      extra bench.py flags, e.g. "--rounds 3 --duration 10 --phases throughput",
+#                   or "--phases tls,tlsprofile" for the TLS rows alone
 #   BENCH_OUT       results directory (default scripts/bench/results/<UTC time>)
 #   SKIP_SLOWLORIS  set to 1 to skip scripts/slowloris.sh
 set -euo pipefail
@@ -70,6 +71,21 @@ if [ "${SKIP_SLOWLORIS:-0}" != 1 ]; then
 fi
 
 python3 scripts/bench/charts.py "$OUT" "$ROOT/docs/bench"
-cp "$OUT/results.json" "$ROOT/docs/bench/results.json"
+# A run of some phases (BENCH_ARGS="--phases tls") replaces the results of those phases
+# in docs/bench/results.json and keeps the others.
+python3 - "$OUT/results.json" "$ROOT/docs/bench/results.json" <<'EOF'
+import json, os, sys
+new = json.load(open(sys.argv[1]))
+old = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else {}
+phases = [k for k in new if k not in ("machine", "config")]
+if "throughput" in new or not old:
+    merged = new
+else:
+    merged = dict(old, **{k: new[k] for k in phases})
+    merged.setdefault("partial_runs", []).append({"phases": phases, "machine": new["machine"], "config": new["config"]})
+with open(sys.argv[2] + ".tmp", "w") as f:
+    json.dump(merged, f, indent=1)
+os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+EOF
 [ -f "$OUT/slowloris.jsonl" ] && cp "$OUT/slowloris.jsonl" "$ROOT/docs/bench/slowloris.jsonl"
 echo "[bench] done: $OUT, docs/bench/" >&2
