@@ -2274,9 +2274,13 @@ func (x *Pong) GetActive() uint32 {
 	return 0
 }
 
-// Drain asks a worker to finish its rounds and exit.
+// Drain asks a worker to finish its rounds and exit. With retire (a reload
+// or recycling replaced it) it first serves the TLS connections it keeps
+// until each is closed or forgotten: their TLS state cannot move to another
+// worker, and a reload drops no connection.
 type Drain struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Retire        bool                   `protobuf:"varint,1,opt,name=retire,proto3" json:"retire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2309,6 +2313,13 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
 	return file_gatehouse_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Drain) GetRetire() bool {
+	if x != nil {
+		return x.Retire
+	}
+	return false
 }
 
 // TLSCertificate is one certificate of a TLS listener: its chain (leaf
@@ -2745,8 +2756,9 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"0\n" +
 	"\x04Pong\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
-	"\x06active\x18\x02 \x01(\rR\x06active\"\a\n" +
-	"\x05Drain\"m\n" +
+	"\x06active\x18\x02 \x01(\rR\x06active\"\x1f\n" +
+	"\x05Drain\x12\x16\n" +
+	"\x06retire\x18\x01 \x01(\bR\x06retire\"m\n" +
 	"\x0eTLSCertificate\x12\x1a\n" +
 	"\blistener\x18\x01 \x01(\tR\blistener\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +

@@ -28,8 +28,10 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 	}
 	w := d.pickWorker()
 	if c.kept != nil {
+		// A draining worker is retired (at shutdown nothing is
+		// dispatched): it still serves the connections it keeps.
 		w = c.kept
-		if d.stopping || d.out >= d.pool || w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
+		if d.stopping || d.out >= d.pool || (w.state != workerReady && w.state != workerDraining) || w.active >= w.spec.cfg.Workers.Concurrency {
 			w = nil
 		}
 	}
@@ -128,8 +130,9 @@ func (d *dispatcher) pump(cl *client, now time.Time) {
 	// Bounded by the queue's length: a kept connection whose worker is
 	// full goes back to the queue's end.
 	for n := d.waiting.n; n > 0 && d.waiting.head != nil; n-- {
-		w := d.pickWorker()
-		if w == nil {
+		// A kept connection may go to its retired worker even when no
+		// ready worker has room.
+		if d.pickWorker() == nil && d.waiting.head.kept == nil {
 			break
 		}
 		c := d.waiting.pop()

@@ -238,6 +238,11 @@ func (d *dispatcher) tick(now time.Time) {
 		switch {
 		case w.state == workerDead && w.exited && !d.stopping && !now.Before(w.retryAt):
 			d.startWorker(w, now)
+		case d.overstaysDrain(w) && !now.Before(w.drainDeadline) && d.keepsConns(w):
+			// A retired worker serves the TLS connections it keeps until
+			// each ends (at the latest at the idle timeout, or its age
+			// and request bounds); the grace counts from the last.
+			w.drainDeadline = now.Add(d.cfg.Limits.ShutdownGrace)
 		case d.overstaysDrain(w) && !now.Before(w.drainDeadline):
 			w.drainDeadline = time.Time{}
 			d.killWorker(w, "did not exit within shutdown_grace after Drain")

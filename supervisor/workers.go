@@ -244,7 +244,9 @@ func (d *dispatcher) roll(now time.Time) {
 	}
 }
 
-// drainWorker stops dispatching to w and asks it to finish and exit.
+// drainWorker stops dispatching new connections to w and asks it to finish
+// and exit. Retired, it keeps serving the TLS connections whose state it
+// holds until each ends (docs/DESIGN.md §2.10), so a reload drops none.
 func (d *dispatcher) drainWorker(w *workerProc) {
 	if w.ch == nil {
 		return
@@ -252,7 +254,17 @@ func (d *dispatcher) drainWorker(w *workerProc) {
 	w.state = workerDraining
 	w.drainAsked = true
 	w.drainDeadline = time.Now().Add(d.cfg.Limits.ShutdownGrace)
-	d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{}}}, -1)
+	d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{Retire: true}}}, -1)
+}
+
+// keepsConns reports whether some connection's TLS state is kept by w.
+func (d *dispatcher) keepsConns(w *workerProc) bool {
+	for _, c := range d.conns {
+		if c.kept == w {
+			return true
+		}
+	}
+	return false
 }
 
 // checkReady closes the Ready channel once every worker is ready.

@@ -56,7 +56,10 @@ var (
 
 // serve runs the rounds of one dispatched connection and hands it back.
 func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
-	defer w.wg.Done()
+	defer func() {
+		w.serving.Add(-1)
+		w.exitIfDrained()
+	}()
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
 	var responses []*proto.Response
@@ -264,7 +267,7 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 		// A request that came in a hot wait is served even when a drain
 		// began meanwhile (its response closes the connection); input
 		// pipelined behind a response is not.
-		draining := held > 0 && cs.w.draining.Load()
+		draining := held > 0 && cs.drainCloses()
 		if held >= pipelineRounds || round >= maxRoundsPerDispatch || draining {
 			if draining {
 				return proto.Disposition_LINGER, nil, cs.requests
@@ -292,7 +295,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	keep = head.Persistent() &&
 		cs.requests < maxRequestsPerConn &&
 		time.Since(cs.accepted) < maxConnAge &&
-		!cs.w.draining.Load()
+		!cs.drainCloses()
 
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), connKey{}, cs))
 	defer cancel()

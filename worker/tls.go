@@ -315,11 +315,20 @@ func (w *Worker) unkeep(id uint64) *keptConn {
 }
 
 // forget closes a kept connection the supervisor closed (Forget). An id not
-// kept (closed here already) is ignored.
+// kept (closed here already) is ignored. A retired worker exits once it
+// keeps none.
 func (w *Worker) forget(id uint64) {
 	if k := w.unkeep(id); k != nil {
 		k.nc.Close()
 	}
+	w.exitIfDrained()
+}
+
+// keptCount is how many TLS connections the worker keeps.
+func (w *Worker) keptCount() int {
+	w.kept.mu.Lock()
+	defer w.kept.mu.Unlock()
+	return len(w.kept.byID)
 }
 
 // tlsHeadReady decrypts the complete records already in the socket until

@@ -53,8 +53,14 @@ type Worker struct {
 
 	active   atomic.Int32
 	draining atomic.Bool
-	drained  atomic.Bool // every round finished after a drain
-	wg       sync.WaitGroup
+	// retire is set by a Drain with retire: the TLS connections kept here
+	// are served until each ends before the worker exits.
+	retire  atomic.Bool
+	drained atomic.Bool // every round finished after a drain
+	// serving counts the dispatches being served, from the Dispatch frame
+	// to their Done.
+	serving  atomic.Int64
+	exitOnce sync.Once
 }
 
 // Options are what an embedding program adds to a worker.
@@ -167,6 +173,9 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 				return err
 			}
 		case *proto.Frame_Dispatch:
+			// Counted before a kept connection leaves the kept set, so a
+			// retired worker never sees itself idle in between.
+			w.serving.Add(1)
 			var k *keptConn
 			switch {
 			case w.cfg == nil:
@@ -190,7 +199,6 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 				return errors.New("Dispatch over the worker's concurrency")
 			}
 			w.active.Add(1)
-			w.wg.Add(1)
 			go w.serve(b.Dispatch, fd, k)
 		case *proto.Frame_Ping:
 			// Sent from its own goroutine: this loop never blocks on a
@@ -221,18 +229,34 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			// Finish the rounds in flight (their Done frames go out
 			// first), then exit; replies to their requests still come in
 			// through this loop meanwhile.
-			if !w.draining.Swap(true) {
-				go func() {
-					w.wg.Wait()
-					w.drained.Store(true)
-					w.ch.Close()
-				}()
-			}
+			w.retire.Store(b.Drain.GetRetire())
+			w.draining.Store(true)
+			w.exitIfDrained()
 		default:
 			closeFD(fd)
 			return fmt.Errorf("unexpected frame %T", f.Body)
 		}
 	}
+}
+
+// exitIfDrained ends a draining worker once no dispatch is being served
+// and, when retired, no TLS connection is kept: closing the channel ends
+// run, and the process exits.
+func (w *Worker) exitIfDrained() {
+	if !w.draining.Load() || w.serving.Load() > 0 || w.retire.Load() && w.keptCount() > 0 {
+		return
+	}
+	w.exitOnce.Do(func() {
+		w.drained.Store(true)
+		w.ch.Close()
+	})
+}
+
+// drainCloses reports whether cs closes after its response because its
+// worker drains: every connection at shutdown; once retired, only plain
+// ones, as a TLS connection's state cannot move to another worker.
+func (cs *connServer) drainCloses() bool {
+	return cs.w.draining.Load() && !(cs.tls && cs.w.retire.Load())
 }
 
 // hello applies the supervisor's configuration.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"os"
 	"testing"
 	"time"
 
@@ -69,5 +70,86 @@ func TestTLSIdleSessionCap(t *testing.T) {
 		if err := c.get(); err != nil {
 			t.Errorf("connection %d under the cap: %v", i+1, err)
 		}
+	}
+}
+
+// workerStates maps each worker's pid to its state.
+func workerStates(snap supervisor.Snapshot) map[int]string {
+	m := map[int]string{}
+	for _, w := range snap.Workers {
+		m[w.PID] = w.State
+	}
+	return m
+}
+
+// A reload that replaces the workers drops no TLS connection: the old
+// worker holding a kept-alive connection's TLS state keeps serving it
+// (draining, taking no new connection) until the client closes it, and
+// only then exits; new connections go to the new workers.
+func TestTLSReloadKeepsKeptConnections(t *testing.T) {
+	s := startTLS(t, "")
+	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
+	})
+	old := workerStates(s.snapshot())
+	a := dialKeepAlive(t, s, "127.0.0.2", "default.test")
+	if err := a.get(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("A parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
+	})
+	// A new route: what workers are started with changed, so every worker
+	// is replaced.
+	src, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src = append(src, "route \"/new\" {\n  respond {\n    body = \"new\\n\"\n  }\n}\n"...)
+	if err := os.WriteFile(s.config, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sup.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	replaced := func(draining int) func(supervisor.Snapshot) bool {
+		return func(snap supervisor.Snapshot) bool {
+			ready, drain := 0, 0
+			for pid, st := range workerStates(snap) {
+				_, wasOld := old[pid]
+				switch {
+				case !wasOld && st == "ready":
+					ready++
+				case wasOld && st == "draining":
+					drain++
+				default:
+					return false
+				}
+			}
+			return ready == 2 && drain == draining
+		}
+	}
+	// One old worker keeps A and drains; the other has left.
+	s.waitFor("two new workers, the old one keeping A draining", 30*time.Second, replaced(1))
+	for i := 0; i < 3; i++ {
+		if err := a.get(); err != nil {
+			t.Fatalf("request %d on the TLS connection opened before the reload: %v", i+2, err)
+		}
+		s.waitFor("A parked again", 10*time.Second, func(snap supervisor.Snapshot) bool {
+			return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
+		})
+	}
+	out, err := s.curl(t, "default.test", s.def, "/new")
+	if err != nil || out != "new\n" {
+		t.Errorf("a new connection after the reload: %v %q", err, out)
+	}
+	if snap := s.snapshot(); !replaced(1)(snap) {
+		t.Errorf("the old worker left while it kept A: %+v", snap.Workers)
+	}
+	// A closed: its worker keeps nothing and exits, which is no death.
+	a.Close()
+	s.waitFor("the old worker gone", 30*time.Second, replaced(0))
+	if deaths := s.snapshot().Counters["worker_deaths"]; deaths != 0 {
+		t.Errorf("%d worker deaths", deaths)
 	}
 }
