@@ -111,6 +111,9 @@ log {
 // as long as they stay idle. The real binary runs it, so that the test's descriptors
 // and the supervisor's are counted apart.
 func TestIdleKeptAliveLeaveWorkersEmpty(t *testing.T) {
+	// Its minute of idleness overlaps the other long waits at the
+	// package's end.
+	t.Parallel()
 	const conns, addrs, idle = 10000, 50, 60 * time.Second
 	dir := writeConfig(t, `
 workers {

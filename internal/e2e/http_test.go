@@ -128,6 +128,9 @@ func TestUploadAuthorizedSlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 32 s upload")
 	}
+	// It waits on the client's pace, not the CPU: it overlaps the other
+	// long waits at the package's end.
+	t.Parallel()
 	h := start(t, uploadConfig())
 	c := dialFrom(t, "127.0.0.2", h.addr)
 	defer c.Close()

@@ -21,6 +21,9 @@ func TestOpsWorkerBackoff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes about 45 seconds")
 	}
+	// It waits on restart delays, not the CPU: it overlaps the other long
+	// waits at the package's end.
+	t.Parallel()
 	const kills = 10
 	p, sock, _ := startAdmin(t, `
 workers {
