@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"encoding/binary"
 	"os"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
@@ -12,10 +13,12 @@ import (
 // Conn is a non-blocking SEQPACKET endpoint on a raw descriptor, for use from
 // one goroutine (the dispatcher). It is not safe for concurrent use.
 type Conn struct {
-	fd   int // owned; immutable until Close
-	rbuf []byte
-	wbuf []byte
-	oob  []byte
+	fd     int // owned; immutable until Close
+	rbuf   []byte
+	wbuf   []byte
+	oob    []byte
+	rights []byte // an SCM_RIGHTS message for one descriptor, reused
+	fds    []int  // descriptors of the last frame received, reused
 }
 
 // Pair creates a socketpair. The returned Conn (non-blocking) is the
@@ -37,9 +40,11 @@ func Pair() (*Conn, *os.File, error) {
 // NewConn takes ownership of fd, which must be a non-blocking SEQPACKET socket.
 func NewConn(fd int) *Conn {
 	return &Conn{
-		fd:   fd,
-		rbuf: make([]byte, MaxFrameSize+1), // one spare byte makes an oversized frame visible
-		oob:  make([]byte, unix.CmsgSpace(oobFDs*4)),
+		fd:     fd,
+		rbuf:   make([]byte, MaxFrameSize+1), // one spare byte makes an oversized frame visible
+		oob:    make([]byte, unix.CmsgSpace(oobFDs*4)),
+		rights: unix.UnixRights(0),
+		fds:    make([]int, 0, oobFDs),
 	}
 }
 
@@ -58,10 +63,20 @@ func (c *Conn) Send(f *proto.Frame, fd int) error {
 		return err
 	}
 	c.wbuf = b
+	return c.SendEncoded(b, fd)
+}
+
+// SendEncoded is Send for a frame already encoded (by Marshal or a
+// DispatchEncoder).
+func (c *Conn) SendEncoded(b []byte, fd int) error {
 	var oob []byte
 	if fd >= 0 {
-		oob = unix.UnixRights(fd)
+		// One descriptor: the data of the message made for fd 0 at
+		// NewConn, rewritten, as unix.UnixRights would allocate anew.
+		binary.NativeEndian.PutUint32(c.rights[unix.CmsgLen(0):], uint32(int32(fd)))
+		oob = c.rights
 	}
+	var err error
 	for {
 		err = unix.Sendmsg(c.fd, b, oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if err != unix.EINTR {
@@ -79,14 +94,14 @@ func (c *Conn) Send(f *proto.Frame, fd int) error {
 	return os.NewSyscallError("sendmsg", err)
 }
 
-// Recv reads one frame into f. It returns the attached descriptor, or -1.
+// Recv reads one frame into f, which must be empty: new, or emptied by Reset. It returns the attached descriptor, or -1.
 // The caller owns a returned descriptor. On every error, any descriptor that
 // arrived has already been closed. A *FrameError is the peer's fault.
 func (c *Conn) Recv(f *proto.Frame) (int, error) {
 	var n, oobn, flags int
 	var err error
 	for {
-		n, oobn, flags, _, err = unix.Recvmsg(c.fd, c.rbuf, c.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, err = recvmsg(c.fd, c.rbuf, c.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
 			break
 		}
@@ -100,7 +115,7 @@ func (c *Conn) Recv(f *proto.Frame) (int, error) {
 		}
 		return -1, os.NewSyscallError("recvmsg", err)
 	}
-	fds := parseRights(c.oob[:oobn])
+	fds := parseRights(c.fds[:0], c.oob[:oobn])
 	if n == 0 && len(fds) == 0 && flags&unix.MSG_TRUNC == 0 {
 		return -1, ErrClosed
 	}
@@ -131,9 +146,9 @@ func check(b []byte, n, flags int, fds []int, f *proto.Frame) (int, error) {
 	return -1, nil
 }
 
-// parseRights collects every descriptor in every SCM_RIGHTS message of oob.
-func parseRights(oob []byte) []int {
-	var fds []int
+// parseRights appends every descriptor in every SCM_RIGHTS message of oob to
+// fds.
+func parseRights(fds []int, oob []byte) []int {
 	for len(oob) > 0 {
 		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
 		if err != nil {

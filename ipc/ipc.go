@@ -77,9 +77,28 @@ func expectFDs(f *proto.Frame) int {
 	return 0
 }
 
-// decode parses a received datagram and checks its descriptor count.
+// Reset empties f for the next Recv. A Done body, the frame the supervisor
+// receives per round, stays allocated with its slices' capacity, so that
+// decoding the next Done into f allocates nothing; any other body is
+// dropped.
+func Reset(f *proto.Frame) {
+	done, ok := f.Body.(*proto.Frame_Done)
+	f.Reset()
+	if !ok {
+		return
+	}
+	m := done.Done
+	status, micros := m.ResponseStatus[:0], m.ResponseMicros[:0]
+	m.Reset()
+	m.ResponseStatus, m.ResponseMicros = status, micros
+	f.Body = done
+}
+
+// decode parses a received datagram into f, which must be empty (new, or
+// emptied by Reset: decoding merges into what f holds, to reuse it), and
+// checks its descriptor count.
 func decode(b []byte, nfds int, f *proto.Frame) error {
-	if err := (pb.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, f); err != nil {
+	if err := (pb.UnmarshalOptions{Merge: true, DiscardUnknown: true}).Unmarshal(b, f); err != nil {
 		return &FrameError{Reason: "malformed frame: " + err.Error(), Size: len(b), FDs: nfds}
 	}
 	if f.Body == nil {

@@ -20,6 +20,7 @@ type Stream struct {
 	uc   *net.UnixConn
 	rbuf []byte
 	oob  []byte
+	fds  []int // descriptors of the last frame received, reused
 
 	mu   sync.Mutex // guards wbuf and serialises sends
 	wbuf []byte
@@ -41,6 +42,7 @@ func NewStream(f *os.File) (*Stream, error) {
 		uc:   uc,
 		rbuf: make([]byte, MaxFrameSize+1),
 		oob:  make([]byte, unix.CmsgSpace(oobFDs*4)),
+		fds:  make([]int, 0, oobFDs),
 	}, nil
 }
 
@@ -69,12 +71,13 @@ func (s *Stream) Send(f *proto.Frame, fd int) error {
 	return nil
 }
 
-// Recv blocks for one frame and returns its descriptor or -1. The caller owns
+// Recv blocks for one frame, decoded into f (empty: new, or emptied by
+// Reset), and returns its descriptor or -1. The caller owns
 // a returned descriptor; on error any received descriptor is already closed.
 // The runtime's ReadMsgUnix sets MSG_CMSG_CLOEXEC on Linux.
 func (s *Stream) Recv(f *proto.Frame) (int, error) {
 	n, oobn, flags, _, err := s.uc.ReadMsgUnix(s.rbuf, s.oob)
-	fds := parseRights(s.oob[:oobn])
+	fds := parseRights(s.fds[:0], s.oob[:oobn])
 	if err != nil && !(errors.Is(err, io.EOF) && len(fds) > 0) { // a 0-byte datagram with fds is a violation, not EOF
 		closeAll(fds)
 		if errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {

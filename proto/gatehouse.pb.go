@@ -2008,10 +2008,14 @@ type Done struct {
 	Kept bool `protobuf:"varint,5,opt,name=kept,proto3" json:"kept,omitempty"`
 	// outcome says how the round ended, for the supervisor's counters.
 	Outcome Outcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=gatehouse.v1.Outcome" json:"outcome,omitempty"`
-	// responses are the responses of this dispatch, in order (at most a
-	// few dozen: the pipelined requests already buffered, and those that
-	// arrived within the hot window).
-	Responses []*Response `protobuf:"bytes,7,rep,name=responses,proto3" json:"responses,omitempty"`
+	// response_status and response_micros describe the responses of this
+	// dispatch, in order, one entry each (at most a few dozen: the pipelined
+	// requests already buffered, and those that arrived within the hot
+	// window): the status, and the time from the head's first byte to the
+	// response's end. Packed scalars, not a message per response, so that
+	// the supervisor decodes a Done into a reused one without allocating.
+	ResponseStatus []uint32 `protobuf:"varint,11,rep,packed,name=response_status,json=responseStatus,proto3" json:"response_status,omitempty"`
+	ResponseMicros []uint64 `protobuf:"varint,12,rep,packed,name=response_micros,json=responseMicros,proto3" json:"response_micros,omitempty"`
 	// hot_requests is how many of them arrived while the worker kept the
 	// connection hot, after the input of the previous one was used up.
 	HotRequests uint32 `protobuf:"varint,8,opt,name=hot_requests,json=hotRequests,proto3" json:"hot_requests,omitempty"`
@@ -2096,9 +2100,16 @@ func (x *Done) GetOutcome() Outcome {
 	return Outcome_OK
 }
 
-func (x *Done) GetResponses() []*Response {
+func (x *Done) GetResponseStatus() []uint32 {
 	if x != nil {
-		return x.Responses
+		return x.ResponseStatus
+	}
+	return nil
+}
+
+func (x *Done) GetResponseMicros() []uint64 {
+	if x != nil {
+		return x.ResponseMicros
 	}
 	return nil
 }
@@ -2124,60 +2135,6 @@ func (x *Done) GetPending() bool {
 	return false
 }
 
-// Response is one answered request, for the supervisor's metrics.
-type Response struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Status uint32                 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
-	// micros is the time from the head's first byte to the response's end.
-	Micros        uint64 `protobuf:"varint,2,opt,name=micros,proto3" json:"micros,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Response) Reset() {
-	*x = Response{}
-	mi := &file_gatehouse_proto_msgTypes[24]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Response) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Response) ProtoMessage() {}
-
-func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[24]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Response.ProtoReflect.Descriptor instead.
-func (*Response) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{24}
-}
-
-func (x *Response) GetStatus() uint32 {
-	if x != nil {
-		return x.Status
-	}
-	return 0
-}
-
-func (x *Response) GetMicros() uint64 {
-	if x != nil {
-		return x.Micros
-	}
-	return 0
-}
-
 type Ping struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -2187,7 +2144,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2156,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2169,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{25}
+	return file_gatehouse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -2232,7 +2189,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[26]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2201,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[26]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2214,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{26}
+	return file_gatehouse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -2287,7 +2244,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[27]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2256,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[27]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2269,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{27}
+	return file_gatehouse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Drain) GetRetire() bool {
@@ -2338,7 +2295,7 @@ type TLSCertificate struct {
 
 func (x *TLSCertificate) Reset() {
 	*x = TLSCertificate{}
-	mi := &file_gatehouse_proto_msgTypes[28]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2307,7 @@ func (x *TLSCertificate) String() string {
 func (*TLSCertificate) ProtoMessage() {}
 
 func (x *TLSCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[28]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2320,7 @@ func (x *TLSCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSCertificate.ProtoReflect.Descriptor instead.
 func (*TLSCertificate) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{28}
+	return file_gatehouse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TLSCertificate) GetListener() string {
@@ -2410,7 +2367,7 @@ type Sign struct {
 
 func (x *Sign) Reset() {
 	*x = Sign{}
-	mi := &file_gatehouse_proto_msgTypes[29]
+	mi := &file_gatehouse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2379,7 @@ func (x *Sign) String() string {
 func (*Sign) ProtoMessage() {}
 
 func (x *Sign) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[29]
+	mi := &file_gatehouse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2392,7 @@ func (x *Sign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sign.ProtoReflect.Descriptor instead.
 func (*Sign) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{29}
+	return file_gatehouse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Sign) GetKeyId() uint32 {
@@ -2477,7 +2434,7 @@ type SignReply struct {
 
 func (x *SignReply) Reset() {
 	*x = SignReply{}
-	mi := &file_gatehouse_proto_msgTypes[30]
+	mi := &file_gatehouse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2446,7 @@ func (x *SignReply) String() string {
 func (*SignReply) ProtoMessage() {}
 
 func (x *SignReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[30]
+	mi := &file_gatehouse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2459,7 @@ func (x *SignReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignReply.ProtoReflect.Descriptor instead.
 func (*SignReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{30}
+	return file_gatehouse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SignReply) GetSignature() []byte {
@@ -2532,7 +2489,7 @@ type TicketKeys struct {
 
 func (x *TicketKeys) Reset() {
 	*x = TicketKeys{}
-	mi := &file_gatehouse_proto_msgTypes[31]
+	mi := &file_gatehouse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2501,7 @@ func (x *TicketKeys) String() string {
 func (*TicketKeys) ProtoMessage() {}
 
 func (x *TicketKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[31]
+	mi := &file_gatehouse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2514,7 @@ func (x *TicketKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TicketKeys.ProtoReflect.Descriptor instead.
 func (*TicketKeys) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{31}
+	return file_gatehouse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TicketKeys) GetKeys() [][]byte {
@@ -2578,7 +2535,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_gatehouse_proto_msgTypes[32]
+	mi := &file_gatehouse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2547,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[32]
+	mi := &file_gatehouse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2560,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{32}
+	return file_gatehouse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Forget) GetConnId() uint64 {
@@ -2736,22 +2693,20 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\x12\x10\n" +
 	"\x03tls\x18\t \x01(\bR\x03tls\x12#\n" +
 	"\rlistener_name\x18\n" +
-	" \x01(\tR\flistenerName\"\xfe\x02\n" +
+	" \x01(\tR\flistenerName\"\xa0\x03\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +
 	"\acarried\x18\x03 \x01(\fR\acarried\x12\x1a\n" +
 	"\brequests\x18\x04 \x01(\rR\brequests\x12\x12\n" +
 	"\x04kept\x18\x05 \x01(\bR\x04kept\x12/\n" +
-	"\aoutcome\x18\x06 \x01(\x0e2\x15.gatehouse.v1.OutcomeR\aoutcome\x124\n" +
-	"\tresponses\x18\a \x03(\v2\x16.gatehouse.v1.ResponseR\tresponses\x12!\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x15.gatehouse.v1.OutcomeR\aoutcome\x12'\n" +
+	"\x0fresponse_status\x18\v \x03(\rR\x0eresponseStatus\x12'\n" +
+	"\x0fresponse_micros\x18\f \x03(\x04R\x0eresponseMicros\x12!\n" +
 	"\fhot_requests\x18\b \x01(\rR\vhotRequests\x122\n" +
 	"\bhandback\x18\t \x01(\x0e2\x16.gatehouse.v1.HandbackR\bhandback\x12\x18\n" +
 	"\apending\x18\n" +
-	" \x01(\bR\apending\":\n" +
-	"\bResponse\x12\x16\n" +
-	"\x06status\x18\x01 \x01(\rR\x06status\x12\x16\n" +
-	"\x06micros\x18\x02 \x01(\x04R\x06micros\"\x18\n" +
+	" \x01(\bR\apendingJ\x04\b\a\x10\b\"\x18\n" +
 	"\x04Ping\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"0\n" +
 	"\x04Pong\x12\x10\n" +
@@ -2815,7 +2770,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Handback)(0),           // 1: gatehouse.v1.Handback
@@ -2844,24 +2799,23 @@ var file_gatehouse_proto_goTypes = []any{
 	(*Ready)(nil),           // 24: gatehouse.v1.Ready
 	(*Dispatch)(nil),        // 25: gatehouse.v1.Dispatch
 	(*Done)(nil),            // 26: gatehouse.v1.Done
-	(*Response)(nil),        // 27: gatehouse.v1.Response
-	(*Ping)(nil),            // 28: gatehouse.v1.Ping
-	(*Pong)(nil),            // 29: gatehouse.v1.Pong
-	(*Drain)(nil),           // 30: gatehouse.v1.Drain
-	(*TLSCertificate)(nil),  // 31: gatehouse.v1.TLSCertificate
-	(*Sign)(nil),            // 32: gatehouse.v1.Sign
-	(*SignReply)(nil),       // 33: gatehouse.v1.SignReply
-	(*TicketKeys)(nil),      // 34: gatehouse.v1.TicketKeys
-	(*Forget)(nil),          // 35: gatehouse.v1.Forget
+	(*Ping)(nil),            // 27: gatehouse.v1.Ping
+	(*Pong)(nil),            // 28: gatehouse.v1.Pong
+	(*Drain)(nil),           // 29: gatehouse.v1.Drain
+	(*TLSCertificate)(nil),  // 30: gatehouse.v1.TLSCertificate
+	(*Sign)(nil),            // 31: gatehouse.v1.Sign
+	(*SignReply)(nil),       // 32: gatehouse.v1.SignReply
+	(*TicketKeys)(nil),      // 33: gatehouse.v1.TicketKeys
+	(*Forget)(nil),          // 34: gatehouse.v1.Forget
 }
 var file_gatehouse_proto_depIdxs = []int32{
 	22, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
 	24, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
 	25, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
 	26, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	28, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	29, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	30, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	27, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	28, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	29, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
 	9,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
 	14, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
 	16, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
@@ -2880,21 +2834,20 @@ var file_gatehouse_proto_depIdxs = []int32{
 	21, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
 	4,  // 23: gatehouse.v1.Frame.stream_start:type_name -> gatehouse.v1.StreamStart
 	5,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
-	32, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
-	33, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
-	34, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
-	35, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
-	31, // 29: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
+	31, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
+	32, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
+	33, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
+	34, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
+	30, // 29: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
 	23, // 30: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
 	0,  // 31: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
 	2,  // 32: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	27, // 33: gatehouse.v1.Done.responses:type_name -> gatehouse.v1.Response
-	1,  // 34: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	1,  // 33: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -2939,7 +2892,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

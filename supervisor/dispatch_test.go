@@ -251,7 +251,12 @@ func TestDoneValidation(t *testing.T) {
 		}},
 		{name: "more responses than requests", kill: true, bad: func(id uint64) *proto.Done {
 			d := done(id, 1, proto.Disposition_CLOSE)
-			d.Responses = make([]*proto.Response, 3)
+			d.ResponseStatus, d.ResponseMicros = make([]uint32, 3), make([]uint64, 3)
+			return d
+		}},
+		{name: "response statuses and times that do not pair", kill: true, bad: func(id uint64) *proto.Done {
+			d := done(id, 1, proto.Disposition_CLOSE)
+			d.ResponseStatus, d.ResponseMicros = []uint32{200}, []uint64{1, 2}
 			return d
 		}},
 		{name: "request count lowered", kill: true, first: done(0, 2, proto.Disposition_KEEP_ALIVE),

@@ -31,14 +31,22 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 	if w.wantOut {
 		return // replies are queued: read more once they are out
 	}
-	var f proto.Frame
 	for i := 0; i < frameBatch; i++ {
-		f.Reset()
-		fd, err := w.ch.Recv(&f)
+		f := d.recvFrame
+		if f == nil {
+			f = new(proto.Frame)
+			d.recvFrame = f
+		}
+		ipc.Reset(f)
+		fd, err := w.ch.Recv(f)
+		if err == ipc.ErrWouldBlock {
+			return
+		}
 		if err != nil {
+			// fe escapes to the heap (errors.As): declared here, off the
+			// path of every frame.
 			var fe *ipc.FrameError
 			switch {
-			case err == ipc.ErrWouldBlock:
 			case err == ipc.ErrClosed:
 				// A draining worker closes its channel as it exits; any
 				// other worker doing so is broken and is killed.
@@ -55,7 +63,11 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 			// sends; close it before reporting the violation.
 			unix.Close(fd)
 		}
-		if !d.frame(w, &f, now) || w.ch == nil || w.wantOut {
+		if _, done := f.Body.(*proto.Frame_Done); !done {
+			// Its handler may keep it: the next frame gets a new one.
+			d.recvFrame = nil
+		}
+		if !d.frame(w, f, now) || w.ch == nil || w.wantOut {
 			return
 		}
 	}

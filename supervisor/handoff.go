@@ -88,27 +88,32 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	c.client.out++
 	d.out++
 	d.c.dispatches++
-	f := &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{
-		ConnId:           c.id,
-		HasFd:            c.kept == nil,
-		Listener:         uint32(c.listener),
-		Peer:             c.peer.String(),
-		ClientKey:        c.client.key.String(),
-		Carried:          c.carried,
-		Requests:         c.requests,
-		AcceptedUnixNano: c.accepted.UnixNano(),
-		Tls:              c.tls,
-	}}}
+	m := &d.dispatchMsg
+	m.Reset()
+	m.ConnId = c.id
+	m.HasFd = c.kept == nil
+	m.Listener = uint32(c.listener)
+	m.Carried = c.carried
+	m.Requests = c.requests
+	m.AcceptedUnixNano = c.accepted.UnixNano()
+	m.Tls = c.tls
 	if c.tls {
-		f.GetDispatch().ListenerName = d.listenerName(c.listener)
+		m.ListenerName = d.listenerName(c.listener)
 	}
+	b, err := d.dispatchEnc.Encode(m, c.peer, c.client.key)
+	m.Carried = nil
 	c.carried = nil
-	if c.kept != nil {
-		d.c.tlsAffinity++
-		d.send(w, f, -1)
+	if err != nil {
+		// Only a Dispatch the dispatcher built wrong is refused.
+		d.workerGone(w, err.Error(), true)
 		return
 	}
-	d.send(w, f, c.fd)
+	fd := c.fd
+	if c.kept != nil {
+		d.c.tlsAffinity++
+		fd = -1
+	}
+	d.sendEncoded(w, b, fd, false)
 }
 
 // release gives back the slots a connection held at its worker.
@@ -171,8 +176,11 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	case m.GetHotRequests() > m.GetRequests()-min(m.GetRequests(), c.requests):
 		d.killWorker(w, "Done reports more hot requests than requests")
 		return false
-	case len(m.GetResponses()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
+	case len(m.GetResponseStatus()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
 		d.killWorker(w, "Done reports more responses than requests")
+		return false
+	case len(m.GetResponseStatus()) != len(m.GetResponseMicros()):
+		d.killWorker(w, "Done reports response statuses and times that do not pair")
 		return false
 	case m.GetRequests() < c.requests:
 		d.killWorker(w, "Done lowers the request count")
@@ -200,8 +208,8 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	}
 	d.c.outcomes[m.GetOutcome()]++
 	d.countHot(m)
-	for _, r := range m.GetResponses() {
-		d.c.observe(r.GetStatus(), r.GetMicros())
+	for i, status := range m.GetResponseStatus() {
+		d.c.observe(status, m.GetResponseMicros()[i])
 	}
 	if m.GetOutcome() == proto.Outcome_PEER_RESET {
 		d.logLimited(hclog.Debug, "peer-reset", "client reset a connection mid-round")

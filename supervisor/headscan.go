@@ -355,7 +355,7 @@ func (d *dispatcher) input(c *conn, buf []byte, peek bool) int {
 	var n int
 	var err error
 	if peek {
-		n, _, err = unix.Recvfrom(c.fd, buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		n, err = peekInput(c.fd, buf)
 	} else {
 		n, err = unix.Read(c.fd, buf)
 	}

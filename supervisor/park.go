@@ -36,7 +36,7 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 		// The peer closed or reset. If nothing is left to read, close here
 		// rather than spend a worker round on it.
 		var b [1]byte
-		n, _, err := unix.Recvfrom(c.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		n, err := peekInput(c.fd, b[:])
 		if n <= 0 && err != unix.EAGAIN {
 			d.c.peerClosed++
 			d.logLimited(hclog.Debug, "peer-closed", "client closed a connection before a request")

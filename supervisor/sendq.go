@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
@@ -9,10 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// outFrame is a frame that found the channel full, with the descriptor to send
-// along (-1 for none). The dispatcher keeps its own copy of the descriptor.
+// outFrame is an encoded frame that found the channel full, with the
+// descriptor to send along (-1 for none). The dispatcher keeps its own copy
+// of the descriptor.
 type outFrame struct {
-	f     *proto.Frame
+	b     []byte
 	fd    int
 	owned bool // fd is closed once sent
 }
@@ -25,11 +27,6 @@ func (d *dispatcher) send(w *workerProc, f *proto.Frame, fd int) { d.sendFD(w, f
 // upstream): it is closed once sent, or when the worker is gone.
 func (d *dispatcher) sendOwned(w *workerProc, f *proto.Frame, fd int) { d.sendFD(w, f, fd, true) }
 
-// sendFD writes f, or queues it while the channel is full. While anything is
-// queued the dispatcher stops reading the worker's frames (its interest is
-// writable only): a worker that does not read its replies cannot make the
-// dispatcher buffer more, so the queue stays bounded by what one batch of
-// frames can produce, and the in-flight cap.
 func (d *dispatcher) sendFD(w *workerProc, f *proto.Frame, fd int, owned bool) {
 	if w.ch == nil {
 		if owned {
@@ -37,8 +34,29 @@ func (d *dispatcher) sendFD(w *workerProc, f *proto.Frame, fd int, owned bool) {
 		}
 		return
 	}
+	b, err := ipc.Marshal(d.sendBuf, f)
+	if err != nil {
+		// Only a frame the dispatcher built wrong is refused; the worker
+		// is not to blame, but it would miss the frame: replace it.
+		if owned {
+			unix.Close(fd)
+		}
+		d.workerGone(w, err.Error(), true)
+		return
+	}
+	d.sendBuf = b
+	d.sendEncoded(w, b, fd, owned)
+}
+
+// sendEncoded writes an encoded frame, or queues a copy of it while the
+// channel is full. While anything is queued the dispatcher stops reading
+// the worker's frames (its interest is writable only): a worker that does
+// not read its replies cannot make the dispatcher buffer more, so the
+// queue stays bounded by what one batch of frames can produce, and the
+// in-flight cap. b is the caller's; only a queued frame is copied.
+func (d *dispatcher) sendEncoded(w *workerProc, b []byte, fd int, owned bool) {
 	if len(w.outq) == 0 {
-		err := w.ch.Send(f, fd)
+		err := w.ch.SendEncoded(b, fd)
 		if err == nil {
 			if owned {
 				unix.Close(fd)
@@ -53,7 +71,7 @@ func (d *dispatcher) sendFD(w *workerProc, f *proto.Frame, fd int, owned bool) {
 			return
 		}
 	}
-	w.outq = append(w.outq, outFrame{f: f, fd: fd, owned: owned})
+	w.outq = append(w.outq, outFrame{b: slices.Clone(b), fd: fd, owned: owned})
 	if !w.wantOut {
 		w.wantOut = true
 		d.mod(w.ch.FD(), kindWorker, w.token(), poll.Out)
@@ -63,7 +81,7 @@ func (d *dispatcher) sendFD(w *workerProc, f *proto.Frame, fd int, owned bool) {
 func (d *dispatcher) flushOut(w *workerProc) {
 	for len(w.outq) > 0 {
 		o := w.outq[0]
-		err := w.ch.Send(o.f, o.fd)
+		err := w.ch.SendEncoded(o.b, o.fd)
 		if err == ipc.ErrWouldBlock {
 			return
 		}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -38,10 +40,23 @@ type dispatcher struct {
 	stopping     bool
 	stopDeadline time.Time
 	scratch      []byte
+	frameBufs
 
 	logLimit map[string]time.Time
 	summary  clientSummary
 	c        counters
+}
+
+// frameBufs are the frames and buffers every send and hand-off reuses, so
+// that a steady-state round allocates nothing (TestDispatchAllocs).
+type frameBufs struct {
+	sendBuf     []byte              // an encoded frame, until it is sent or queued
+	dispatchMsg proto.Dispatch      // the next Dispatch, refilled per hand-off
+	dispatchEnc ipc.DispatchEncoder // encodes it with the peer and client key
+	// recvFrame is decoded into and reused while the worker sends Done
+	// frames; any other frame may be kept by its handler, so a new one
+	// replaces it after those.
+	recvFrame *proto.Frame
 }
 
 // acceptor owns the listening sockets (each descriptor from bind or

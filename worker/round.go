@@ -62,7 +62,8 @@ func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
 	}()
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
-	var responses []*proto.Response
+	var statuses []uint32
+	var micros []uint64
 	// The descriptor is non-blocking (the supervisor accepted it so), so
 	// os.NewFile puts it under the runtime's poller with deadlines, without
 	// the extra dup and close net.FileConn would cost on every round.
@@ -98,7 +99,7 @@ func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
 			cs.fd = fd
 		}
 		disp, carried, requests = cs.serve()
-		outcome, responses, outside = cs.outcome, cs.responses, cs.outside
+		outcome, statuses, micros, outside = cs.outcome, cs.statuses, cs.micros, cs.outside
 		handback, hot = cs.handback, cs.hotRequests
 		cs.release()
 		switch {
@@ -123,16 +124,17 @@ func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
 		nc.Close()
 	}
 	done := &proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
-		ConnId:      d.GetConnId(),
-		Disposition: disp,
-		Outcome:     outcome,
-		Responses:   responses,
-		Carried:     carried,
-		Requests:    requests,
-		HotRequests: hot,
-		Handback:    handback,
-		Kept:        kept,
-		Pending:     pending,
+		ConnId:         d.GetConnId(),
+		Disposition:    disp,
+		Outcome:        outcome,
+		ResponseStatus: statuses,
+		ResponseMicros: micros,
+		Carried:        carried,
+		Requests:       requests,
+		HotRequests:    hot,
+		Handback:       handback,
+		Kept:           kept,
+		Pending:        pending,
 	}}}
 	// The slot is released before Done is written: once the supervisor
 	// reads Done it may dispatch again at once, and must never find the slot
@@ -157,10 +159,13 @@ type connServer struct {
 	handback proto.Handback // why a kept-alive connection goes back
 	// hotRequests counts the requests that arrived in a hot wait.
 	hotRequests uint32
-	responses   []*proto.Response // of this dispatch, for the supervisor's metrics
-	carried     *bytes.Reader
-	raw         headRecorder // the raw head, for Origin when it does not parse
-	roundStart  time.Time
+	// statuses and micros describe the responses of this dispatch, for
+	// the supervisor's metrics.
+	statuses   []uint32
+	micros     []uint64
+	carried    *bytes.Reader
+	raw        headRecorder // the raw head, for Origin when it does not parse
+	roundStart time.Time
 	// outside: the connection gave its slot back for a body (BodyStart)
 	// and has not got one again.
 	outside bool

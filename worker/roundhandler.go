@@ -39,7 +39,8 @@ func (w *Worker) authorizedUpload(rt *route, r *http.Request) bool {
 func (cs *connServer) record(start time.Time, head *httphead.Head, status int, bytes int64) {
 	end := time.Now()
 	d := end.Sub(start)
-	cs.responses = append(cs.responses, &proto.Response{Status: uint32(status), Micros: uint64(d.Microseconds())})
+	cs.statuses = append(cs.statuses, uint32(status))
+	cs.micros = append(cs.micros, uint64(d.Microseconds()))
 	if cs.w.access != nil {
 		e := entryFor(head)
 		e.end, e.dur, e.status, e.bytes = end, d, status, bytes

@@ -314,10 +314,11 @@ func serveCanned(ch *ipc.Stream, d *proto.Dispatch, fd int) {
 		c.Close()
 	}
 	ch.Send(&proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
-		ConnId:      d.GetConnId(),
-		Disposition: proto.Disposition_LINGER,
-		Requests:    d.GetRequests() + 1,
-		Responses:   []*proto.Response{{Status: 200}},
+		ConnId:         d.GetConnId(),
+		Disposition:    proto.Disposition_LINGER,
+		Requests:       d.GetRequests() + 1,
+		ResponseStatus: []uint32{200},
+		ResponseMicros: []uint64{0},
 	}}}, -1)
 }
 

@@ -53,10 +53,11 @@ func dupKeeperWorker() int {
 			go func(d *proto.Dispatch, fd int) {
 				serveKeepAlive(d, fd)
 				ch.Send(&proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
-					ConnId:      d.GetConnId(),
-					Disposition: proto.Disposition_KEEP_ALIVE,
-					Requests:    d.GetRequests() + 1,
-					Responses:   []*proto.Response{{Status: 200}},
+					ConnId:         d.GetConnId(),
+					Disposition:    proto.Disposition_KEEP_ALIVE,
+					Requests:       d.GetRequests() + 1,
+					ResponseStatus: []uint32{200},
+					ResponseMicros: []uint64{0},
 				}}}, -1)
 				time.Sleep(injectDelay)
 				n, err := unix.Write(kept, []byte(injected))

@@ -1,0 +1,11 @@
+//go:build unix && !linux
+
+package ipc
+
+import "golang.org/x/sys/unix"
+
+// recvmsg is recvmsg(2); the sender's address is dropped.
+func recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err error) {
+	n, oobn, recvflags, _, err = unix.Recvmsg(fd, p, oob, flags)
+	return n, oobn, recvflags, err
+}
