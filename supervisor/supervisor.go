@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/memtrim"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
@@ -250,7 +251,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.d = d
 	stop := context.AfterFunc(ctx, func() { s.post(stopMsg{}) })
 	defer stop()
+	// Off the dispatcher's thread: after a burst, the records and frames it
+	// left behind go back to the system once the process is quiet.
+	trim, stopTrim := context.WithCancel(context.Background())
+	go memtrim.Run(trim, memtrim.Default, nil)
 	err = d.run()
+	stopTrim()
 	if d.accessFD >= 0 {
 		unix.Close(d.accessFD)
 	}

@@ -5,6 +5,7 @@
 package worker
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/memtrim"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
@@ -135,7 +137,12 @@ func Run(args []string, opts Options) int {
 	}
 	w.ch = ch
 	w.calls.ch = ch
+	// A worker holds no connection between rounds: what a burst of rounds
+	// left in the runtime goes back to the system once it is quiet.
+	trim, stopTrim := context.WithCancel(context.Background())
+	go memtrim.Run(trim, memtrim.Default, nil)
 	err = w.run(layers)
+	stopTrim()
 	if w.access != nil {
 		w.access.flush()
 	}
