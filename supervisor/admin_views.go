@@ -39,7 +39,10 @@ func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
 		st.Listeners = append(st.Listeners, l.String())
 	}
 	for _, c := range snap.Certificates {
-		st.Certificates = append(st.Certificates, adminapi.Certificate{Listener: c.Listener, Name: c.Name, DNSNames: c.DNSNames, NotAfter: c.NotAfter})
+		st.Certificates = append(st.Certificates, adminapi.Certificate{Listener: c.Listener, Name: c.Name, DNSNames: c.DNSNames, NotAfter: c.NotAfter, Loaded: c.Loaded})
+	}
+	for _, e := range snap.CertificateErrors {
+		st.CertificateErrors = append(st.CertificateErrors, adminapi.CertificateError{Listener: e.Listener, Name: e.Name, Error: e.Error, Kept: e.Kept, Since: e.Since})
 	}
 	st.Privileges = a.s.privileges()
 	return st

@@ -137,6 +137,9 @@ type Snapshot struct {
 	Upstreams []UpstreamInfo
 	// Certificates are the TLS listeners' certificates, as loaded.
 	Certificates []CertificateInfo
+	// CertificateErrors are the certificates the last reload could not
+	// load.
+	CertificateErrors []CertificateError
 }
 
 // UpstreamInfo is one upstream's budget and addresses.
@@ -253,6 +256,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.RateLimitBuckets = d.limiter.len()
 	s.Certificates = d.keys.certificates()
+	s.CertificateErrors = d.keys.failures()
 	d.headSnapshot(&s)
 	d.bodySnapshot(&s)
 	d.streamSnapshot(&s)

@@ -126,6 +126,7 @@ func startLoop(t *testing.T, src string) *loopHarness {
 		s.closeListeners()
 		t.Fatal(err)
 	}
+	s.keys = s.boot.keys
 	if s.poller, err = poll.New(); err != nil {
 		s.closeListeners()
 		t.Fatal(err)

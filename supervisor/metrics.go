@@ -227,6 +227,10 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(desc("tls_certificate_expiry_timestamp_seconds", "When a TLS certificate expires (its notAfter), in seconds since the epoch.", "listener", "certificate"),
 			prometheus.GaugeValue, float64(c.NotAfter.Unix()), c.Listener, c.Name)
 	}
+	for _, e := range s.CertificateErrors {
+		emit(desc("tls_certificate_load_failing_since_timestamp_seconds", "A TLS certificate the last reload could not load (the previous one is served when there was one), since when, in seconds since the epoch.", "listener", "certificate"),
+			prometheus.GaugeValue, float64(e.Since.Unix()), e.Listener, e.Name)
+	}
 
 	// Per upstream and address.
 	for _, u := range s.Upstreams {

@@ -35,6 +35,7 @@ func testSnapshot() Snapshot {
 		Deaths:    []DeathCount{{Reason: DeathSignal, Signal: "SIGKILL", N: 2}, {Reason: DeathExit, Signal: "none", N: 1}},
 		Certificates: []CertificateInfo{{Listener: "https", Name: "site", DNSNames: []string{"example.org"},
 			NotAfter: time.Unix(1_900_000_000, 0)}},
+		CertificateErrors: []CertificateError{{Listener: "https", Name: "site", Kept: true, Since: time.Unix(1_800_000_000, 0)}},
 	}
 }
 
@@ -83,6 +84,7 @@ func TestWritePrometheus(t *testing.T) {
 		{"gatehouse_connections", []string{"state", "linger"}, 0},
 		{"gatehouse_dispatches_total", nil, 90},
 		{"gatehouse_tls_certificate_expiry_timestamp_seconds", []string{"listener", "https", "certificate", "site"}, 1_900_000_000},
+		{"gatehouse_tls_certificate_load_failing_since_timestamp_seconds", []string{"listener", "https", "certificate", "site"}, 1_800_000_000},
 		{"gatehouse_share_waits_total", nil, 7},
 		{"gatehouse_pool_waits_total", nil, 6},
 		{"gatehouse_timeouts_total", []string{"kind", "first_byte"}, 5},

@@ -21,6 +21,7 @@ var ErrNoConfigFile = errors.New("supervisor: no configuration file to reload")
 // reloadMsg carries a validated configuration into the loop.
 type reloadMsg struct {
 	spec  *workerSpec
+	keys  *keyring   // the TLS certificates and keys, reloaded
 	added []listener // bound for addresses the old configuration lacked
 	// accessFD is the access log opened for the new configuration (-1:
 	// off); the loop owns it once the message is sent.
@@ -47,6 +48,10 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	spec, err := s.newWorkerSpec(cfg)
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
+		return err
+	}
+	keys, err := s.reloadKeys(cfg)
+	if err != nil {
 		return err
 	}
 	// Only this goroutine changes listeners (under reloadMu, through the
@@ -80,7 +85,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	reply := make(chan error, 1)
 	select {
-	case s.msgs <- reloadMsg{spec: spec, added: added, accessFD: accessFD, reply: reply}:
+	case s.msgs <- reloadMsg{spec: spec, keys: keys, added: added, accessFD: accessFD, reply: reply}:
 		s.wake()
 	case <-ctx.Done():
 		for _, a := range added {
@@ -95,9 +100,29 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		return err
 	}
 	s.accessLog = cfg.Log
+	s.keys = keys
 	s.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	s.log.Info("configuration reloaded", "file", s.opts.ConfigPath)
 	return nil
+}
+
+// reloadKeys reads the TLS certificates and keys again. One that fails to
+// load keeps the running one and is logged, with its file and line; a
+// listener left with no certificate fails the reload.
+func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
+	keys, err := buildKeyring(cfg, s.keys, time.Now())
+	if err != nil {
+		s.log.Error("reload failed; keeping the running configuration", "error", err)
+		return nil, err
+	}
+	for _, e := range keys.failed {
+		what := "certificate not loaded; the running one is kept"
+		if !e.Kept {
+			what = "certificate not loaded; it is not served"
+		}
+		s.log.Error(what, "listener", e.Listener, "certificate", e.Name, "error", e.Error)
+	}
+	return keys, nil
 }
 
 // reload applies a new configuration in the loop.
@@ -125,8 +150,13 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	d.limiter.max = d.cfg.RateLimitEntries
 	l := d.cfg.Limits
 	d.penalties.configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
+	oldKeys := d.keys
+	d.keys = m.keys
+	if len(d.keys.hello()) > 0 && d.tickets.rotated.IsZero() {
+		d.rotateTickets(now) // the first TLS listener
+	}
 
-	if workersNeedReplacing(old, d.cfg) {
+	if workersNeedReplacing(old, d.cfg) || !sameCertificates(oldKeys, d.keys) {
 		for _, w := range d.workers {
 			w.retiring = true
 		}

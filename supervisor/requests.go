@@ -76,7 +76,7 @@ func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
 			return fmt.Sprintf("Dial for %q, which is no configured upstream", b.Dial.GetUpstream())
 		}
 	case *proto.Frame_Sign:
-		return d.validSign(b.Sign)
+		return d.validSign(w, b.Sign)
 	case *proto.Frame_RateCheck:
 		if c := d.conns[b.RateCheck.GetConnId()]; c == nil || c.worker != w {
 			return fmt.Sprintf("RateCheck for connection %d it does not hold", b.RateCheck.GetConnId())

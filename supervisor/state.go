@@ -84,7 +84,8 @@ type connTable struct {
 
 	// penalties refuses client keys present at too many worker deaths.
 	penalties *penaltyBox
-	// keys holds the TLS certificates and private keys read at start.
+	// keys holds the TLS certificates and private keys new workers get:
+	// read at start, and again by every reload.
 	keys    *keyring
 	tickets ticketKeys
 

@@ -90,6 +90,9 @@ type Supervisor struct {
 	// accessLog is the running configuration's log block, which
 	// ReopenAccessLog opens again. +checklocks:reloadMu
 	accessLog config.Log
+	// keys are the running TLS certificates and keys, which a reload
+	// keeps for a certificate that fails to load. +checklocks:reloadMu
+	keys *keyring
 
 	// boot is what New prepared for the loop: the configuration, the worker
 	// spec and the bound listeners. Run hands it to the loop, which from
@@ -174,6 +177,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		s.closeEarly()
 		return nil, err
 	}
+	s.keys = s.boot.keys
 	// With the listeners bound, the supervisor keeps no privilege it does
 	// not need (docs/DESIGN.md §1).
 	if err := s.dropPrivileges(cfg); err != nil {

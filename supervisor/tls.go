@@ -2,17 +2,12 @@ package supervisor
 
 import (
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/sys/unix"
 )
@@ -22,84 +17,14 @@ import (
 // through Sign requests, so no process that parses client bytes ever holds
 // a private key or can open its file.
 
-// keyring is the certificates and private keys read at start. Immutable once
-// built; the signing goroutines read it.
-type keyring struct {
-	certs []*proto.TLSCertificate // for Hello
-	keys  []crypto.Signer         // by key id
-	info  []CertificateInfo       // for Snapshot
-}
-
-// CertificateInfo is one loaded TLS certificate, for metrics and
-// gatehousectl: its listener, its block's name, the names it covers and
-// when it expires.
-type CertificateInfo struct {
-	Listener string
-	Name     string
-	DNSNames []string
-	NotAfter time.Time
-}
-
-// loadKeyring reads the certificate chains and keys of cfg's TLS listeners.
-// An error names the certificate block's file:line.
-func loadKeyring(cfg *config.Config) (*keyring, error) {
-	k := &keyring{}
-	for _, l := range cfg.Listeners {
-		if l.TLS == nil {
-			continue
-		}
-		for _, c := range l.TLS.Certificates {
-			chain, key, err := loadPair(c)
-			if err == nil {
-				var leaf *x509.Certificate
-				if leaf, err = x509.ParseCertificate(chain[0]); err == nil {
-					k.info = append(k.info, CertificateInfo{Listener: l.Name, Name: c.Name, DNSNames: leaf.DNSNames, NotAfter: leaf.NotAfter})
-				}
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: listener %q: certificate %q: %w", c.Where, l.Name, c.Name, err)
-			}
-			k.certs = append(k.certs, &proto.TLSCertificate{Listener: l.Name, Name: c.Name, Chain: chain, KeyId: uint32(len(k.keys))})
-			k.keys = append(k.keys, key)
-		}
-	}
-	return k, nil
-}
-
-// loadPair reads one PEM chain and its PEM key and checks that they match
-// and that the key is RSA (2048 bits or more) or ECDSA.
-func loadPair(c config.Certificate) ([][]byte, crypto.Signer, error) {
-	certPEM, err := os.ReadFile(c.Cert)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading cert: %w", err)
-	}
-	keyPEM, err := os.ReadFile(c.Key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading key: %w", err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s and %s: %w", c.Cert, c.Key, err)
-	}
-	switch k := pair.PrivateKey.(type) {
-	case *ecdsa.PrivateKey:
-		return pair.Certificate, k, nil
-	case *rsa.PrivateKey:
-		if k.N.BitLen() < 2048 {
-			return nil, nil, fmt.Errorf("%s: an RSA key of %d bits (2048 or more are accepted)", c.Key, k.N.BitLen())
-		}
-		return pair.Certificate, k, nil
-	}
-	return nil, nil, fmt.Errorf("%s: a %T key (RSA or ECDSA are accepted)", c.Key, pair.PrivateKey)
-}
-
 // signHashes are the digests a Sign request may name.
 var signHashes = map[crypto.Hash]bool{crypto.SHA256: true, crypto.SHA384: true, crypto.SHA512: true}
 
 // validSign checks every field of a Sign request; it returns the violation,
 // or "".
-func (d *dispatcher) validSign(m *proto.Sign) string {
-	if d.keys == nil || int64(m.GetKeyId()) >= int64(len(d.keys.keys)) {
+func (d *dispatcher) validSign(w *workerProc, m *proto.Sign) string {
+	keys := w.keys
+	if keys == nil || int64(m.GetKeyId()) >= int64(len(keys.keys)) {
 		return fmt.Sprintf("Sign with key %d, which does not exist", m.GetKeyId())
 	}
 	h := crypto.Hash(m.GetHash())
@@ -109,7 +34,7 @@ func (d *dispatcher) validSign(m *proto.Sign) string {
 	if len(m.GetDigest()) != h.Size() {
 		return fmt.Sprintf("Sign with a %d-byte digest for a %d-byte hash", len(m.GetDigest()), h.Size())
 	}
-	if _, isRSA := d.keys.keys[m.GetKeyId()].(*rsa.PrivateKey); m.GetPss() && !isRSA {
+	if _, isRSA := keys.keys[m.GetKeyId()].(*rsa.PrivateKey); m.GetPss() && !isRSA {
 		return "Sign asks for PSS with an ECDSA key"
 	}
 	return ""
@@ -124,10 +49,11 @@ type signMsg struct {
 }
 
 // sign starts a validated Sign request; w's in-flight slot is taken. The
-// signature is computed off the loop (an RSA signature costs a millisecond)
-// and posted back.
+// key is one of those w was started with (a reload may have changed the
+// running ones since). The signature is computed off the loop (an RSA
+// signature costs a millisecond) and posted back.
 func (d *dispatcher) sign(w *workerProc, id uint64, m *proto.Sign) {
-	key := d.keys.keys[m.GetKeyId()]
+	key := w.keys.keys[m.GetKeyId()]
 	var opts crypto.SignerOpts = crypto.Hash(m.GetHash())
 	if m.GetPss() {
 		opts = &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash, Hash: crypto.Hash(m.GetHash())}
@@ -259,23 +185,6 @@ func (d *dispatcher) tlsListener(name string) bool {
 		}
 	}
 	return false
-}
-
-// certificates returns what Snapshot reports of the loaded certificates.
-func (k *keyring) certificates() []CertificateInfo {
-	if k == nil {
-		return nil
-	}
-	return k.info
-}
-
-// hello returns the certificates for a worker's Hello (none without a
-// keyring: a test's supervisor).
-func (k *keyring) hello() []*proto.TLSCertificate {
-	if k == nil {
-		return nil
-	}
-	return k.certs
 }
 
 // ticketRotation is how long a session ticket key encrypts new tickets; it

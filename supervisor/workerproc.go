@@ -40,8 +40,11 @@ type workerProc struct {
 	// retiring marks a worker to be replaced (reload, recycling): it serves
 	// until its replacement is ready, then drains and is not respawned.
 	retiring bool
-	pid      int
-	proc     process
+	// keys are the certificates and keys the current process was started
+	// with; its Sign requests name these.
+	keys *keyring
+	pid  int
+	proc process
 	// exited is true once the process (if any) has been reaped.
 	exited bool
 	// killedFor is the death reason the supervisor killed the current

@@ -84,13 +84,14 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		return
 	}
 	cfg := w.spec.cfg
+	w.keys = d.keys
 	d.send(w, &proto.Frame{Body: &proto.Frame_Hello{Hello: &proto.Hello{
 		WorkerId:     uint32(w.slot),
 		Config:       cfg.Source,
 		ConfigName:   cfg.Filename,
 		Concurrency:  uint32(cfg.Workers.Concurrency),
 		BaseDir:      cfg.BaseDir,
-		Certificates: d.keys.hello(),
+		Certificates: w.keys.hello(),
 		TicketKeys:   d.tickets.keys,
 	}}}, -1)
 	if cfg.Log.AccessLog {

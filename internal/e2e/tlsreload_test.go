@@ -2,14 +2,22 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
 // tlsKeepAlive is a client's kept-alive TLS connection to a tlsSite.
@@ -151,5 +159,217 @@ func TestTLSReloadKeepsKeptConnections(t *testing.T) {
 	s.waitFor("the old worker gone", 30*time.Second, replaced(0))
 	if deaths := s.snapshot().Counters["worker_deaths"]; deaths != 0 {
 		t.Errorf("%d worker deaths", deaths)
+	}
+}
+
+// certReloadSite is the gatehouse binary, started as root and running as
+// nobody, with a TLS listener whose one certificate the test replaces.
+type certReloadSite struct {
+	p        *proc
+	dir      string
+	keys     string // the key directory, nobody's, mode 0700
+	tlsAddr  string
+	sock     string
+	reloaded time.Time // the certificate's load time at the last check
+}
+
+// writeCert writes the certificate "default" for names into the key
+// directory, readable by the supervisor's account only. The cert it returns
+// is a copy, for clients to trust, which later writes leave alone.
+func (s *certReloadSite) writeCert(t *testing.T, names ...string) testCert {
+	t.Helper()
+	c := writeCert(t, s.keys, "default", false, names...)
+	for _, f := range []string{c.cert, c.key} {
+		if err := os.Chown(f, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(c.cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cert = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(c.cert, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// curl fetches /ok from the TLS listener as default.test, trusting ca only.
+func (s *certReloadSite) curl(t *testing.T, ca testCert) (string, error) {
+	t.Helper()
+	port := portOf(s.tlsAddr)
+	out, err := exec.Command("curl", "-sS", "--http1.1", "--max-time", "10", "--cacert", ca.cert,
+		"--resolve", "default.test:"+port+":127.0.0.1", "https://default.test:"+port+"/ok").CombinedOutput()
+	return string(out), err
+}
+
+// reload sends SIGHUP and waits until the status shows a reload done after
+// the last one: the certificate loaded again, or a failure to load it.
+func (s *certReloadSite) reload(t *testing.T) adminapi.Status {
+	t.Helper()
+	if err := s.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 400; i++ {
+		st := *ctlJSON(t, s.sock, "status").Status
+		// New handshakes get the new certificate once the workers that
+		// replace the running ones are ready.
+		ready, other := 0, 0
+		for _, w := range st.Workers {
+			switch w.State {
+			case "ready":
+				ready++
+			case "draining":
+			default:
+				other++
+			}
+		}
+		if ready != 2 || other != 0 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if len(st.Certificates) == 1 && st.Certificates[0].Loaded.After(s.reloaded) {
+			s.reloaded = st.Certificates[0].Loaded
+			return st
+		}
+		if len(st.CertificateErrors) == 1 && st.CertificateErrors[0].Since.After(s.reloaded) {
+			s.reloaded = st.CertificateErrors[0].Since
+			return st
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no reload seen in the status\n%s", s.p.log())
+	return adminapi.Status{}
+}
+
+// SIGHUP with replaced certificate files: a new connection gets the new
+// certificate, a kept-alive TLS connection opened before keeps working, and
+// status, metrics and log follow; a broken file keeps the running
+// certificate and is shown until a reload loads it. Real clients (curl,
+// crypto/tls), the real binary and signal, no worker death.
+func TestTLSCertificateReload(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("started as root, running as nobody, as a deployment would")
+	}
+	s := &certReloadSite{tlsAddr: opsFreeAddr(t)}
+	s.dir = writeConfig(t, "")
+	s.keys = filepath.Join(s.dir, "keys")
+	s.sock = filepath.Join(s.dir, "admin.sock")
+	if err := os.Mkdir(s.keys, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(s.keys, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	first := s.writeCert(t, "default.test")
+	f, err := os.OpenFile(filepath.Join(s.dir, "gatehouse.hcl"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, `
+user        = "nobody"
+worker_user = "65532:65532"
+admin {
+  socket = "admin.sock"
+}
+workers {
+  count       = 2
+  concurrency = 4
+}
+sandbox {
+  mode           = "strict"
+  seccomp_action = "kill"
+}
+listener "https" {
+  address = %q
+  tls {
+    certificate "default" {
+      cert = "keys/default.pem"
+      key  = "keys/default.key"
+    }
+  }
+}
+`, s.tlsAddr)
+	f.Close()
+	s.p = startBinary(t, s.dir, 0, "-config", "gatehouse.hcl")
+	s.p.waitServing(t, "/ok")
+	if out, err := s.curl(t, first); err != nil || out != "ok\n" {
+		t.Fatalf("before the reload: %v %q", err, out)
+	}
+	st := *ctlJSON(t, s.sock, "status").Status
+	s.reloaded = st.Certificates[0].Loaded
+
+	// A kept-alive connection, opened before the reload.
+	raw, err := net.DialTimeout("tcp", s.tlsAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &tlsKeepAlive{Conn: tls.Client(raw, &tls.Config{ServerName: "default.test", InsecureSkipVerify: true})}
+	defer a.Close()
+	a.SetDeadline(time.Now().Add(60 * time.Second))
+	a.br = bufio.NewReader(a)
+	if err := a.get(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.ConnectionState().PeerCertificates[0].Raw, first.der) {
+		t.Fatal("the first connection did not get the first certificate")
+	}
+
+	// Renewed, with one more name.
+	second := s.writeCert(t, "default.test", "renewed.test")
+	st = s.reload(t)
+	if c := st.Certificates[0]; len(st.CertificateErrors) != 0 || !slices.Contains(c.DNSNames, "renewed.test") {
+		t.Errorf("status after the renewal: %+v", st)
+	}
+	if out, err := s.curl(t, second); err != nil || out != "ok\n" {
+		t.Errorf("a new connection does not get the new certificate: %v %q", err, out)
+	}
+	if out, err := s.curl(t, first); err == nil {
+		t.Errorf("a new connection still gets the old certificate: %q", out)
+	}
+	for i := 0; i < 3; i++ {
+		if err := a.get(); err != nil {
+			t.Fatalf("request %d on the connection opened before the reload: %v", i+2, err)
+		}
+	}
+
+	// A damaged certificate file: the renewed certificate stays.
+	pemPath := filepath.Join(s.keys, "default.pem")
+	if err := os.WriteFile(pemPath, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st = s.reload(t)
+	if len(st.CertificateErrors) != 1 || !st.CertificateErrors[0].Kept || !strings.Contains(st.CertificateErrors[0].Error, pemPath+":1:") {
+		t.Errorf("status after a damaged file: %+v", st.CertificateErrors)
+	}
+	if len(st.Certificates) != 1 || !slices.Contains(st.Certificates[0].DNSNames, "renewed.test") {
+		t.Errorf("the running certificate is not listed: %+v", st.Certificates)
+	}
+	if out, err := s.curl(t, second); err != nil || out != "ok\n" {
+		t.Errorf("after a damaged file, the running certificate is not served: %v %q", err, out)
+	}
+	text := ctl(t, nil, ctlBin(t), "-socket", s.sock, "status")
+	if !strings.Contains(text.stdout, "RELOAD FAILED") || !strings.Contains(text.stdout, pemPath+":1:") {
+		t.Errorf("gatehousectl status does not show the failure:\n%s", text.stdout)
+	}
+	if !strings.Contains(s.p.log(), "certificate not loaded; the running one is kept") {
+		t.Errorf("the failure is not logged")
+	}
+	if err := a.get(); err != nil {
+		t.Errorf("the connection opened before the reloads: %v", err)
+	}
+
+	// Repaired: loaded, and the failure is gone.
+	third := s.writeCert(t, "default.test", "third.test")
+	st = s.reload(t)
+	if len(st.CertificateErrors) != 0 || !slices.Contains(st.Certificates[0].DNSNames, "third.test") {
+		t.Errorf("status after the repair: %+v", st)
+	}
+	if out, err := s.curl(t, third); err != nil || out != "ok\n" {
+		t.Errorf("after the repair: %v %q", err, out)
+	}
+	if err := a.get(); err != nil {
+		t.Errorf("the connection opened before the reloads, at the end: %v", err)
 	}
 }

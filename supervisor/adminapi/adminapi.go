@@ -103,6 +103,21 @@ type Status struct {
 	Privileges Privileges `json:"privileges"`
 	// Certificates are the TLS listeners' certificates.
 	Certificates []Certificate `json:"certificates,omitempty"`
+	// CertificateErrors are the certificates the last reload could not
+	// load; each stays listed until a reload loads it.
+	CertificateErrors []CertificateError `json:"certificate_errors,omitempty"`
+}
+
+// CertificateError is a certificate a reload could not load.
+type CertificateError struct {
+	Listener string `json:"listener"`
+	Name     string `json:"name"`
+	// Error names the file and line at fault.
+	Error string `json:"error"`
+	// Kept is true when the previous certificate is still served.
+	Kept bool `json:"kept"`
+	// Since is when reloads began failing for it.
+	Since time.Time `json:"since"`
 }
 
 // Certificate is one TLS certificate: its listener, its configuration
@@ -112,6 +127,8 @@ type Certificate struct {
 	Name     string    `json:"name"`
 	DNSNames []string  `json:"dns_names"`
 	NotAfter time.Time `json:"not_after"`
+	// Loaded is when it was read: at start or by a reload.
+	Loaded time.Time `json:"loaded"`
 }
 
 // Privileges are the supervisor's ids and capabilities, and what keeps its

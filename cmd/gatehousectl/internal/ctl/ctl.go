@@ -255,8 +255,16 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 		if left < 0 {
 			when = "EXPIRED " + (-left).String() + " ago"
 		}
-		fmt.Fprintf(tw, "certificate	%s/%s: %s; %s, %s\n", safe(c.Listener), safe(c.Name), safeJoin(c.DNSNames),
-			when, c.NotAfter.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "certificate	%s/%s: %s; %s, %s; loaded %s\n", safe(c.Listener), safe(c.Name), safeJoin(c.DNSNames),
+			when, c.NotAfter.UTC().Format(time.RFC3339), c.Loaded.UTC().Format(time.RFC3339))
+	}
+	for _, e := range s.CertificateErrors {
+		kept := "the previous one is served"
+		if !e.Kept {
+			kept = "not served"
+		}
+		fmt.Fprintf(tw, "certificate\t%s/%s: RELOAD FAILED since %s (%s): %s\n", safe(e.Listener), safe(e.Name),
+			e.Since.UTC().Format(time.RFC3339), kept, safe(e.Error))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
