@@ -40,7 +40,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "max"}, {Name: "per_client"}},
 	}
 	listenerSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}, {Name: "proxy_protocol"}},
+		Attributes: []hcl.AttributeSchema{{Name: "address", Required: true}, {Name: "proxy_protocol"}, {Name: "https_redirect"}},
 		Blocks:     listenerBlocks,
 	}
 	workersSchema = &hcl.BodySchema{
@@ -68,7 +68,7 @@ var (
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}},
 	}
 	staticSchema = &hcl.BodySchema{
@@ -139,6 +139,7 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 	for _, b := range blocks["listener"] {
 		d.listener(b, cfg, names, addrs)
 	}
+	d.resolveRedirects(cfg)
 	if len(blocks["listener"]) == 0 {
 		d.errorf(body.MissingItemRange(), "Missing listener block",
 			`At least one listener block is required, such as: listener "http" { address = "127.0.0.1:8080" }.`)
@@ -154,9 +155,9 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 	if b := d.single(blocks, "limits"); b != nil {
 		d.limits(b, &cfg.Limits)
 	}
-	prefixes := map[string]hcl.Range{}
+	routeKeys := map[routeKey]hcl.Range{}
 	for _, b := range blocks["route"] {
-		d.route(b, cfg, prefixes)
+		d.route(b, cfg, routeKeys)
 	}
 	if len(blocks["route"]) == 0 {
 		d.errorf(body.MissingItemRange(), "Missing route block",
@@ -309,7 +310,7 @@ func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range
 	var proxy bool
 	boolAttr(d, attrs, "proxy_protocol", fmt.Sprintf("listener %q: proxy_protocol", name), &proxy)
 	var tls *TLS
-	for i, tb := range content.Blocks {
+	for i, tb := range content.Blocks.OfType("tls") {
 		if i > 0 {
 			d.errorf(tb.DefRange, "Duplicate tls block", "listener %q has more than one tls block.", name)
 			ok = false
@@ -319,8 +320,9 @@ func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range
 			ok = false
 		}
 	}
-	if ok {
-		cfg.Listeners = append(cfg.Listeners, Listener{Name: name, Address: ap, ProxyProtocol: proxy, TLS: tls})
+	l := Listener{Name: name, Address: ap, ProxyProtocol: proxy, TLS: tls}
+	if d.listenerHTTP(content, &l) && ok {
+		cfg.Listeners = append(cfg.Listeners, l)
 	}
 }
 

@@ -103,6 +103,12 @@ type Listener struct {
 	ProxyProtocol bool
 	// TLS, when set, makes it an HTTPS listener (docs/DESIGN.md §9).
 	TLS *TLS
+	// HSTS, only with TLS, adds Strict-Transport-Security to every
+	// response on the listener.
+	HSTS *HSTS
+	// HTTPSRedirect, only without TLS, answers every request on the
+	// listener with a redirect to https.
+	HTTPSRedirect *HTTPSRedirect
 }
 
 // Workers is the `workers` block.
@@ -168,7 +174,11 @@ type Limits struct {
 // Route is one `route "PREFIX" { ... }` block; exactly one of Static and
 // Respond is non-nil. Config.Routes keeps the order of the file.
 type Route struct {
-	Prefix   string
+	Prefix string
+	// Hosts limits the route to requests whose Host matches one of these
+	// patterns, in canonical form (see ParseHostPattern); nil matches any
+	// host (docs/DESIGN.md §3.6).
+	Hosts    []string
 	Static   *Static
 	Respond  *Respond
 	Proxy    *Proxy

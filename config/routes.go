@@ -13,9 +13,9 @@ import (
 	"github.com/hashicorp/hcl/v2"
 )
 
-// route decodes one route block; prefixes maps the prefixes of earlier route
-// blocks to where they are.
-func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range) {
+// route decodes one route block; keys maps the hosts and prefixes of earlier
+// route blocks to where they are.
+func (d *decoder) route(b *hcl.Block, cfg *Config, keys map[routeKey]hcl.Range) {
 	prefix := b.Labels[0]
 	r := Route{Prefix: prefix}
 	ok := true
@@ -28,16 +28,13 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, prefixes map[string]hcl.Range
 			"A route prefix is a URL path and may not hold spaces, control characters, \"?\" or \"#\", got %q.", prefix)
 		ok = false
 	}
-	if first, dup := prefixes[prefix]; dup {
-		d.errorf(b.LabelRanges[0], "Duplicate route", "Route %q is already defined at %s.", prefix, first)
-		ok = false
-	} else {
-		prefixes[prefix] = b.DefRange
-	}
 
 	content, diags := b.Body.Content(routeSchema)
 	d.add(diags)
 	name := fmt.Sprintf("route %q", prefix)
+	if !d.routeHosts(content.Attributes, name, &r) || !d.claimRoute(&r, b.LabelRanges[0], b.DefRange, keys) {
+		ok = false
+	}
 	d.upload(content.Attributes, name, &r)
 	boolAttr(d, content.Attributes, "allow_trace", name+": allow_trace", &r.AllowTrace)
 	buffering := true

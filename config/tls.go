@@ -28,7 +28,7 @@ type Certificate struct {
 }
 
 var (
-	listenerBlocks = []hcl.BlockHeaderSchema{{Type: "tls"}}
+	listenerBlocks = []hcl.BlockHeaderSchema{{Type: "tls"}, {Type: "hsts"}}
 	tlsSchema      = &hcl.BodySchema{
 		Blocks: []hcl.BlockHeaderSchema{{Type: "certificate", LabelNames: []string{"name"}}},
 	}

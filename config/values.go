@@ -15,8 +15,11 @@ import (
 // Config, so that one run reports all problems rather than the first.
 type decoder struct {
 	diags   hcl.Diagnostics
-	proxies []proxyRef  // checked against the upstreams at the end
-	host    *hostChecks // nil: the host checks are skipped
+	proxies []proxyRef // checked against the upstreams at the end
+	// redirects are the https_redirects naming a listener, resolved once
+	// every listener is read.
+	redirects []redirectRef
+	host      *hostChecks // nil: the host checks are skipped
 }
 
 func (d *decoder) add(diags hcl.Diagnostics) { d.diags = append(d.diags, diags...) }

@@ -97,9 +97,9 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	m.Requests = c.requests
 	m.AcceptedUnixNano = c.accepted.UnixNano()
 	m.Tls = c.tls
-	if c.tls {
-		m.ListenerName = d.listenerName(c.listener)
-	}
+	// By name, which reloads keep: the worker applies that listener's
+	// certificates, hsts and https_redirect.
+	m.ListenerName = d.listenerName(c.listener)
 	b, err := d.dispatchEnc.Encode(m, c.peer, c.client.key)
 	m.Carried = nil
 	c.carried = nil

@@ -225,6 +225,14 @@ type workerView struct {
 	CORS        *config.CORS
 	Log         config.Log
 	BaseDir     string
+	Listeners   []listenerAnswers
+}
+
+// listenerAnswers is what a worker adds to the answers on a listener.
+type listenerAnswers struct {
+	Name     string
+	HSTS     *config.HSTS
+	Redirect *config.HTTPSRedirect
 }
 
 func viewOf(c *config.Config) workerView {
@@ -233,7 +241,18 @@ func viewOf(c *config.Config) workerView {
 		IdleTLS: c.Workers.TLSMaxIdleSessions,
 		Body:    c.Limits.MaxBodyBytes, Write: c.Limits.WriteTimeout, Idle: c.Limits.KeepAliveIdleTimeout,
 		Sandbox: c.Sandbox, User: c.User, CORS: c.CORS, Log: c.Log, BaseDir: c.BaseDir,
+		Listeners: answersOf(c),
 	}
+}
+
+func answersOf(c *config.Config) []listenerAnswers {
+	var a []listenerAnswers
+	for _, l := range c.Listeners {
+		if l.HSTS != nil || l.HTTPSRedirect != nil {
+			a = append(a, listenerAnswers{Name: l.Name, HSTS: l.HSTS, Redirect: l.HTTPSRedirect})
+		}
+	}
+	return a
 }
 
 func workersNeedReplacing(a, b *config.Config) bool {

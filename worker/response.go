@@ -211,6 +211,9 @@ func (r *response) sendHeader(final bool) {
 		h.Set("Content-Type", http.DetectContentType(r.pending))
 	}
 	h.Set("X-Content-Type-Options", "nosniff")
+	if v := r.cs.listener.hsts; v != "" {
+		h.Set("Strict-Transport-Security", v)
+	}
 	r.cs.w.setCORS(h, r.req.Header.Get("Origin"), false)
 	if h.Get("Date") == "" {
 		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
@@ -277,6 +280,9 @@ func (cs *connServer) writeError(status int, reason string, head *httphead.Head,
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Connection", "close")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if v := cs.listener.hsts; v != "" {
+		h.Set("Strict-Transport-Security", v)
+	}
 	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		h.Set("Retry-After", "5")

@@ -180,10 +180,11 @@ type connServer struct {
 	br       *bufio.Reader
 	bw       *bufio.Writer
 
-	fd        int    // the connection's descriptor, or -1; owned by nc
-	tls       bool   // nc is a TLS connection
-	tfd       int    // a TLS connection's descriptor, for peeks
-	port      string // the local port, once asked
+	fd        int          // the connection's descriptor, or -1; owned by nc
+	tls       bool         // nc is a TLS connection
+	tfd       int          // a TLS connection's descriptor, for peeks
+	listener  listenerHTTP // what the connection's listener adds
+	port      string       // the local port, once asked
 	portAsked bool
 }
 
@@ -204,6 +205,7 @@ func newConnServer(w *Worker, nc clientConn, d *proto.Dispatch) *connServer {
 		requests: d.GetRequests(),
 		carried:  bytes.NewReader(d.GetCarried()),
 		fd:       -1,
+		listener: w.router.byListener[d.GetListenerName()],
 	}
 	cs.in = &deadlineReader{nc: nc}
 	cs.br = readerPool.Get().(*bufio.Reader)
@@ -338,7 +340,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		req.URL = &u
 	}
 	req = req.WithContext(ctx)
-	rt := cs.w.router.match(req.URL.Path)
+	rt := cs.route(req)
 
 	// The body cap, raised for an authorized upload; both are decided from
 	// the head alone, before any body byte is read (or 100 Continue sent).
@@ -354,7 +356,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 			return false, proto.Disposition_LINGER
 		}
 	}
-	if head.ContentLength > maxBody {
+	if head.ContentLength > maxBody && (rt == nil || !rt.headOnly) {
 		cs.outcome = proto.Outcome_BAD_REQUEST
 		cs.writeError(http.StatusRequestEntityTooLarge, "request body too large", head, nil)
 		return false, proto.Disposition_LINGER

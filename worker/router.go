@@ -13,11 +13,16 @@ import (
 	"github.com/gatehouse-dev/gatehouse/worker/static"
 )
 
-// router picks the route with the longest matching prefix. A prefix matches
-// a path equal to it or continuing it at a "/" boundary, so "/healthz" does
-// not serve "/healthzX".
+// router picks a request's set of routes by its Host (vhost.go), then the
+// route with the longest matching prefix in it. A prefix matches a path
+// equal to it or continuing it at a "/" boundary, so "/healthz" does not
+// serve "/healthzX".
 type router struct {
-	routes []route // longest prefix first; immutable
+	routes []route     // routes without hosts, longest prefix first; immutable
+	hosts  *hostRoutes // nil when no route has hosts; immutable
+	// byListener holds what listeners with hsts or https_redirect add, by
+	// listener name; immutable.
+	byListener map[string]listenerHTTP
 }
 
 type route struct {
@@ -33,6 +38,9 @@ type route struct {
 	// budget (docs/DESIGN.md §10).
 	stream bool
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
+	// headOnly: answered from the head alone, the body never read, so no
+	// body cap applies (https_redirect).
+	headOnly bool
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
@@ -63,11 +71,28 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rt.routes = append(rt.routes, route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
-			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil})
+		rr := route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
+			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil}
+		if len(r.Hosts) > 0 {
+			rt.addHosts(rr, r.Hosts)
+		} else {
+			rt.routes = append(rt.routes, rr)
+		}
 	}
-	sort.SliceStable(rt.routes, func(i, j int) bool { return len(rt.routes[i].prefix) > len(rt.routes[j].prefix) })
+	longestFirst(rt.routes)
+	if rt.hosts != nil {
+		for _, m := range []map[string][]route{rt.hosts.exact, rt.hosts.wild} {
+			for _, set := range m {
+				longestFirst(set)
+			}
+		}
+	}
+	rt.listeners(cfg)
 	return rt, nil
+}
+
+func longestFirst(routes []route) {
+	sort.SliceStable(routes, func(i, j int) bool { return len(routes[i].prefix) > len(routes[j].prefix) })
 }
 
 // knownMethods are the methods of RFC 9110 §9; any other is 501.
@@ -76,11 +101,20 @@ var knownMethods = map[string]bool{
 	"OPTIONS": true, "TRACE": true, "PATCH": true,
 }
 
-// match returns the route for path, or nil.
-func (rt *router) match(path string) *route {
-	for i := range rt.routes {
-		if matchPrefix(rt.routes[i].prefix, path) {
-			return &rt.routes[i]
+// match returns the route for a request to host (a Host value) and path:
+// the misdirected route when no routes serve host, nil when none of them
+// matches path.
+func (rt *router) match(host, path string) *route {
+	set := rt.routes
+	if rt.hosts != nil {
+		var ok bool
+		if set, ok = rt.hostSet(canonicalHost(host)); !ok {
+			return &rt.hosts.misdirected
+		}
+	}
+	for i := range set {
+		if matchPrefix(set[i].prefix, path) {
+			return &set[i]
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -105,6 +106,8 @@ type exchange struct {
 type rawClient struct {
 	tb       testing.TB
 	src, dst string
+	host     string // the Host sent; "" is "test"
+	sni      string // non-empty: over TLS, with this server name
 	c        net.Conn
 	br       *bufio.Reader
 }
@@ -112,11 +115,18 @@ type rawClient struct {
 func (rc *rawClient) do(ex exchange) (*http.Response, []byte, error) {
 	if rc.c == nil {
 		rc.c = dialFrom(rc.tb, rc.src, rc.dst)
+		if rc.sni != "" {
+			rc.c = tls.Client(rc.c, &tls.Config{ServerName: rc.sni, InsecureSkipVerify: true})
+		}
 		rc.br = bufio.NewReader(rc.c)
 	}
 	rc.c.SetDeadline(time.Now().Add(20 * time.Second))
+	host := rc.host
+	if host == "" {
+		host = "test"
+	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: test\r\n", ex.method, ex.target)
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", ex.method, ex.target, host)
 	for i := 0; i+1 < len(ex.hdr); i += 2 {
 		fmt.Fprintf(&b, "%s: %s\r\n", ex.hdr[i], ex.hdr[i+1])
 	}
@@ -580,6 +590,7 @@ func TestHandlerPathsStrictSandbox(t *testing.T) {
 	}
 
 	checkNoDeaths(t, h)
+	exerciseVhosts(t)
 }
 
 // TestMissingPathsNeverKill is issue 10's acceptance: 1000 requests for
