@@ -693,18 +693,19 @@ def phase_profile(args, gh, res):
         out, _ = w.communicate(timeout=60)
         prof["wrk"] = out.decode()
         prof["cpu_seconds_over_8s"] = {("supervisor" if p == pid else "worker %d" % p): (t1[p] - t0[p]) / CLK for p in t0}
-        for tag, data, _ in perfs:
-            rep = subprocess.run(["perf", "report", "-i", data, "--symfs=/", "--stdio", "--no-children", "-g", "none",
-                                  "--sort", "dso,symbol", "--percent-limit", "0.7"],
-                                 capture_output=True, text=True, timeout=300)
-            txt = "\n".join(l for l in rep.stdout.splitlines() if l and not l.startswith("#"))
-            with open(os.path.join(logdir, "perf-%s.txt" % tag), "w") as f:
-                f.write(rep.stdout + rep.stderr)
-            prof["perf_" + tag] = txt[:6000]
-            log("perf %s top:\n%s" % (tag, "\n".join(txt.splitlines()[:15])))
         log("cpu seconds over 8 s under wrk -c64: %s" % prof["cpu_seconds_over_8s"])
     finally:
         gh.stop()
+    # reported once gatehouse has stopped (see perf_reports)
+    for tag, data, _ in perfs:
+        rep = subprocess.run(["perf", "report", "-i", data, "--symfs=/", "--stdio", "--no-children", "-g", "none",
+                              "--sort", "dso,symbol", "--percent-limit", "0.7"],
+                             capture_output=True, text=True, timeout=300)
+        txt = "\n".join(l for l in rep.stdout.splitlines() if l and not l.startswith("#"))
+        with open(os.path.join(logdir, "perf-%s.txt" % tag), "w") as f:
+            f.write(rep.stdout + rep.stderr)
+        prof["perf_" + tag] = txt[:6000]
+        log("perf %s top:\n%s" % (tag, "\n".join(txt.splitlines()[:15])))
 
 
 # ---------------------------------------------------------------- TLS
@@ -905,8 +906,9 @@ def tls_summary(out):
 
 
 def perf_under(args, gh, load_argv, tag, prof, seconds=8):
-    """CPU seconds per process and perf call graphs of gatehouse's supervisor
-    and workers while load_argv runs (it must run longer than seconds + 1)."""
+    """CPU seconds per process and perf recordings of gatehouse's supervisor
+    and workers while load_argv runs (it must run longer than seconds + 1).
+    Returns the recordings for perf_reports."""
     logdir = os.path.join(args.out, "logs")
     pid, kids = gh.pids()
     load = spawn(load_argv, stdout=subprocess.PIPE)
@@ -922,17 +924,28 @@ def perf_under(args, gh, load_argv, tag, prof, seconds=8):
         p.wait(60)
     t1 = {p: cpu_ticks(p) for p in [pid] + kids}
     lout, _ = load.communicate(timeout=120)
-    r = {"load": " ".join(load_argv), "load_output": lout.decode()[-3000:],
-         "cpu_seconds": {("supervisor" if p == pid else "process %d" % p): (t1[p] - t0[p]) / CLK for p in t0},
-         "seconds": seconds}
-    for who, data, _ in perfs:
-        # --symfs=/: the workers' mount namespace no longer holds the binary
+    prof[tag] = {"load": " ".join(load_argv), "load_output": lout.decode()[-3000:],
+                 "cpu_seconds": {("supervisor" if p == pid else "process %d" % p): (t1[p] - t0[p]) / CLK for p in t0},
+                 "seconds": seconds}
+    log("%s: cpu seconds over %d s: %s" % (tag, seconds, prof[tag]["cpu_seconds"]))
+    return [(who, data) for who, data, _ in perfs]
+
+
+def perf_reports(args, tag, perfs, r):
+    """perf's reports of perf_under's recordings, made once gatehouse has
+    stopped: perf looks for a live worker's binary inside the worker's mount
+    namespace, which does not hold it, and for a dead one's by its path
+    (--symfs=/)."""
+    logdir = os.path.join(args.out, "logs")
+    for who, data in perfs:
         rep = subprocess.run(["perf", "report", "-i", data, "--symfs=/", "--stdio", "--no-children", "-g", "none",
                               "--sort", "dso,symbol", "--percent-limit", "0.7"],
                              capture_output=True, text=True, timeout=300)
         txt = "\n".join(l for l in rep.stdout.splitlines() if l and not l.startswith("#"))
         with open(os.path.join(logdir, "perf-%s-%s.txt" % (tag, who)), "w") as f:
             f.write(rep.stdout + rep.stderr)
+        r["perf_" + who] = txt[:6000]
+        log("perf %s %s top:\n%s" % (tag, who, "\n".join(txt.splitlines()[:15])))
         # inclusive time per function (callers credited with their callees)
         inc = subprocess.run(["perf", "report", "-i", data, "--symfs=/", "--stdio", "--children", "-g", "none",
                               "--sort", "symbol", "--percent-limit", "2"],
@@ -940,10 +953,6 @@ def perf_under(args, gh, load_argv, tag, prof, seconds=8):
         with open(os.path.join(logdir, "perf-%s-%s-inclusive.txt" % (tag, who)), "w") as f:
             f.write(inc.stdout + inc.stderr)
         r["perf_inclusive_" + who] = "\n".join(l for l in inc.stdout.splitlines() if l and not l.startswith("#"))[:8000]
-        r["perf_" + who] = txt[:6000]
-        log("perf %s %s top:\n%s" % (tag, who, "\n".join(txt.splitlines()[:15])))
-    log("%s: cpu seconds over %d s: %s" % (tag, seconds, r["cpu_seconds"]))
-    prof[tag] = r
 
 
 def phase_tlsprofile(args, res, tmp, logdir, nethttp_bin):
@@ -969,9 +978,10 @@ def phase_tlsprofile(args, res, tmp, logdir, nethttp_bin):
     for tag, argv in loads.items():
         gh.start(args.nofile, "tlsprofile")
         try:
-            perf_under(args, gh, argv(gh), "tls-" + tag, prof)
+            perfs = perf_under(args, gh, argv(gh), "tls-" + tag, prof)
         finally:
             gh.stop()
+        perf_reports(args, "tls-" + tag, perfs, prof["tls-" + tag])
         nh.start(args.nofile, "tlsprofile")
         try:
             pid = nh.main_pid()

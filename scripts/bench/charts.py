@@ -357,7 +357,7 @@ def tls_tables(res, rdir):
                     r.get("resumed", ""), r.get("failed", ""), r.get("loadavg_before")))
         rounds = len({r["round"] for r in rows})
         out.append("\n#### TLS (ECDSA P-256, TLS 1.3, X25519; %d interleaved rounds; median (min–max))\n" % rounds)
-        out.append("| server | measure | conns | per second | p50 ms | p99 ms | ratio to net/http | resumed / failed | errors |")
+        out.append("| server | measure | conns | per second | p50 ms | p99 ms | ratio to net/http: of medians, per round | resumed / failed | errors |")
         out.append("|---|---|---:|---:|---:|---:|---:|---|---|")
         keys = []
         for r in rows:
@@ -374,10 +374,15 @@ def tls_tables(res, rdir):
                 for r in sel:
                     for k, v in (r.get("errors") or r.get("socket_errors") or {}).items():
                         errs[k] = errs.get(k, 0) + v
+                # the same round's net/http run was seconds away: under a load
+                # that drifts, its ratio says more than the ratio of medians
+                nh = {r["round"]: r.get("rps") for r in rows
+                      if r["server"] == "nethttp-tls" and r["measure"] == measure and r["conns"] == c}
+                per = agg([r["rps"] / nh[r["round"]] for r in sel if r.get("rps") and nh.get(r["round"])])
                 out.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s |" % (
                     LABEL[s], "new handshakes" if measure == "handshake" else "keep-alive requests", c, fmt(a),
                     fmt(agg([r.get("p50_ms") for r in sel]), 2), fmt(agg([r.get("p99_ms") for r in sel]), 2),
-                    "%.2f×" % (a[0] / base[0]) if a and base else "n/a",
+                    ("%.2f×; %s" % (a[0] / base[0], fmt(per, 2, "×"))) if a and base else "n/a",
                     "%s / %s" % (sum(r.get("resumed") or 0 for r in sel), sum(r.get("failed") or 0 for r in sel))
                     if measure == "handshake" else "–",
                     ", ".join("%s %d" % kv for kv in sorted(errs.items())) or "–"))
