@@ -3,6 +3,7 @@ package worker
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -184,3 +185,45 @@ func TestHTTPSRedirect(t *testing.T) {
 type readCounter struct{ *strings.Reader }
 
 func (readCounter) Close() error { return nil }
+
+// vhostBenchConfig has 100 exact names with two routes each, 100
+// wildcards and a host-less route.
+func vhostBenchConfig() string {
+	var b strings.Builder
+	b.WriteString(vhostListeners)
+	for i := range 100 {
+		n := strconv.Itoa(i)
+		b.WriteString(respondRoute("/", "e"+n, "site"+n+".example"))
+		b.WriteString(respondRoute("/api", "a"+n, "site"+n+".example"))
+		b.WriteString(respondRoute("/", "w"+n, "*.wild"+n+".example"))
+	}
+	b.WriteString(respondRoute("/", "any"))
+	return b.String()
+}
+
+func TestVhostMatchAllocs(t *testing.T) {
+	rt := vhostRouter(t, vhostBenchConfig())
+	for _, host := range []string{"site42.example:8080", "a.b.wild7.example", "other.example"} {
+		if n := testing.AllocsPerRun(100, func() { rt.match(host, "/api/x") }); n != 0 {
+			t.Errorf("match(%q) allocates %v times", host, n)
+		}
+	}
+}
+
+func BenchmarkVhostMatch(b *testing.B) {
+	c, err := config.Parse([]byte(vhostBenchConfig()), "bench.hcl", config.ParseOptions{BaseDir: "/", SkipFSChecks: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt, err := newRouter(&Worker{log: hclog.NewNullLogger()}, c, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, host := range []string{"site42.example:8080", "a.b.wild7.example", "other.example"} {
+		b.Run(host, func(b *testing.B) {
+			for b.Loop() {
+				rt.match(host, "/api/x")
+			}
+		})
+	}
+}
