@@ -166,6 +166,9 @@ const (
 	Outcome_TIMEOUT Outcome = 3
 	// BAD_REQUEST: the request was refused as malformed or over a limit.
 	Outcome_BAD_REQUEST Outcome = 4
+	// OVERLOADED: a TLS handshake failed at once, its signature refused over
+	// the channel's in-flight cap.
+	Outcome_OVERLOADED Outcome = 5
 )
 
 // Enum value maps for Outcome.
@@ -176,6 +179,7 @@ var (
 		2: "PEER_RESET",
 		3: "TIMEOUT",
 		4: "BAD_REQUEST",
+		5: "OVERLOADED",
 	}
 	Outcome_value = map[string]int32{
 		"OK":          0,
@@ -183,6 +187,7 @@ var (
 		"PEER_RESET":  2,
 		"TIMEOUT":     3,
 		"BAD_REQUEST": 4,
+		"OVERLOADED":  5,
 	}
 )
 
@@ -2748,14 +2753,16 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
 	"\x06ROUNDS\x10\x04\x12\n" +
 	"\n" +
-	"\x06STREAM\x10\x05*P\n" +
+	"\x06STREAM\x10\x05*`\n" +
 	"\aOutcome\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x0f\n" +
 	"\vPEER_CLOSED\x10\x01\x12\x0e\n" +
 	"\n" +
 	"PEER_RESET\x10\x02\x12\v\n" +
 	"\aTIMEOUT\x10\x03\x12\x0f\n" +
-	"\vBAD_REQUEST\x10\x04B0Z.github.com/gatehouse-dev/gatehouse/proto;protob\x06proto3"
+	"\vBAD_REQUEST\x10\x04\x12\x0e\n" +
+	"\n" +
+	"OVERLOADED\x10\x05B0Z.github.com/gatehouse-dev/gatehouse/proto;protob\x06proto3"
 
 var (
 	file_gatehouse_proto_rawDescOnce sync.Once

@@ -50,7 +50,7 @@ type counters struct {
 	tlsSigns         uint64
 	tlsSignErrors    uint64
 	tlsAffinity      uint64
-	outcomes         [5]uint64 // by proto.Outcome
+	outcomes         [6]uint64 // by proto.Outcome
 	handbacks        [6]uint64 // by proto.Handback
 	hotRequests      uint64
 	pressureOn       uint64    // times the pressure went on

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
@@ -106,6 +107,11 @@ func pickCertificate(list []*tls.Certificate, hi *tls.ClientHelloInfo) *tls.Cert
 // cap is reached, here or at the supervisor.
 var errSignOverloaded = errors.New("worker: signing refused over the in-flight cap")
 
+// signRefusedKey is the handshake context's key for the flag Sign sets when
+// it refuses over the cap: crypto/tls keeps only the text of a signer's
+// error, and the round reports the refusal as its outcome.
+type signRefusedKey struct{}
+
 // remoteSigner is a certificate's private key as the worker sees it: the
 // public half, and a Sign that asks the supervisor.
 type remoteSigner struct {
@@ -134,6 +140,9 @@ func (s *remoteSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) 
 	}}}
 	r, err := s.w.calls.callNow(ctx, f)
 	if errors.Is(err, errOverloaded) {
+		if refused, ok := ctx.Value(signRefusedKey{}).(*atomic.Bool); ok {
+			refused.Store(true)
+		}
 		return nil, errSignOverloaded
 	}
 	if err != nil {
@@ -198,7 +207,8 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File) (*tls.Conn, proto.Out
 		return nil, proto.Outcome_BAD_REQUEST, fmt.Errorf("no TLS configuration for listener %q", d.GetListenerName())
 	}
 	tc := tls.Server(&tlsTransport{File: nc}, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	var refused atomic.Bool
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), signRefusedKey{}, &refused), handshakeTimeout)
 	defer cancel()
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	err := tc.HandshakeContext(ctx)
@@ -206,6 +216,8 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File) (*tls.Conn, proto.Out
 	switch {
 	case err == nil:
 		return tc, proto.Outcome_OK, nil
+	case refused.Load():
+		return nil, proto.Outcome_OVERLOADED, err
 	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
 		return nil, proto.Outcome_TIMEOUT, err
 	case errors.Is(err, io.EOF):

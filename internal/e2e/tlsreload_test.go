@@ -373,3 +373,124 @@ listener "https" {
 		t.Errorf("the connection opened before the reloads, at the end: %v", err)
 	}
 }
+
+// stuckUpstream is a listening socket whose accept queue is full: the
+// kernel drops further SYNs, so a dial to it hangs until its timeout.
+func stuckUpstream(t *testing.T) (addr string, release func()) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	// A backlog of 0 queues one connection.
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := syscall.Getsockname(fd)
+	addr = fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	filler, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("the kernel queued a connection past the backlog; no stuck upstream here")
+	}
+	var once bool
+	release = func() {
+		if !once {
+			once = true
+			filler.Close()
+			syscall.Close(fd)
+		}
+	}
+	t.Cleanup(release)
+	return addr, release
+}
+
+// Signing requests beyond the channel's in-flight cap fail the handshake at
+// once, never wait: with the one in-flight slot of each worker held by a
+// dial that hangs, TLS clients (curl, openssl s_client) see their handshake
+// fail long before the dial's timeout; the rounds are counted as
+// OVERLOADED, nothing was signed, no worker died; once the slots are free,
+// handshakes work again.
+func TestTLSSignOverloadFailsAtOnce(t *testing.T) {
+	addr, release := stuckUpstream(t)
+	s := startTLSWith(t, "", fmt.Sprintf(`
+limits {
+  ipc_max_in_flight_requests = 1
+}
+upstream "stuck" {
+  addresses       = [%q]
+  connect_timeout = "30s"
+}
+route "/stuck" {
+  proxy {
+    upstream = "stuck"
+  }
+}
+`, addr))
+	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
+	})
+	// One dial per worker: the least busy worker takes each request.
+	var held []net.Conn
+	for i, src := range []string{"127.0.0.2", "127.0.0.3"} {
+		c := dialFrom(t, src, s.addr)
+		defer c.Close()
+		fmt.Fprint(c, "GET /stuck HTTP/1.1\r\nHost: x\r\n\r\n")
+		held = append(held, c)
+		s.waitFor(fmt.Sprintf("dial %d hanging", i+1), 10*time.Second, func(snap supervisor.Snapshot) bool {
+			return len(snap.Upstreams) == 1 && snap.Upstreams[0].Dialing == i+1
+		})
+	}
+	if snap := s.snapshot(); snap.Workers[0].Active != 1 || snap.Workers[1].Active != 1 {
+		t.Fatalf("the hanging dials are not at both workers: %+v", snap.Workers)
+	}
+	before := s.snapshot()
+	_, port, _ := net.SplitHostPort(s.tlsAddr)
+	clients := [][]string{
+		{"curl", "-sS", "--http1.1", "--max-time", "25", "-k", "--resolve", "default.test:" + port + ":127.0.0.1", "https://default.test:" + port + "/ok"},
+		{"openssl", "s_client", "-connect", "127.0.0.1:" + port, "-servername", "default.test", "-tls1_3"},
+		{"openssl", "s_client", "-connect", "127.0.0.1:" + port, "-servername", "rsa.test", "-tls1_2"},
+		{"curl", "-sS", "--http1.1", "--max-time", "25", "-k", "--resolve", "rsa.test:" + port + ":127.0.0.1", "https://rsa.test:" + port + "/ok"},
+	}
+	for _, args := range clients {
+		began := time.Now()
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdin = strings.NewReader("GET /ok HTTP/1.1\r\nHost: default.test\r\nConnection: close\r\n\r\n")
+		out, err := cmd.CombinedOutput()
+		took := time.Since(began)
+		if err == nil || strings.Contains(string(out), "ok\n") && args[0] == "curl" || strings.Contains(string(out), "HTTP/1.1 200") {
+			t.Errorf("%s: a handshake over the in-flight cap succeeded: %v\n%s", args[0], err, out)
+		}
+		// The dials hang for 30 s: a handshake that waited for a slot
+		// would take that long.
+		if took > 15*time.Second {
+			t.Errorf("%s: the refused handshake took %v", args[0], took)
+		}
+	}
+	after := s.waitFor("the refused rounds counted", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		return snap.Counters["round_overloaded"]-before.Counters["round_overloaded"] == uint64(len(clients))
+	})
+	if got := after.Counters["tls_signs"] - before.Counters["tls_signs"]; got != 0 {
+		t.Errorf("%d signatures made over the cap", got)
+	}
+	// The slots free (the dials fail), handshakes sign again.
+	release()
+	for _, c := range held {
+		c.SetDeadline(time.Now().Add(40 * time.Second))
+		if resp, _, err := readResponse(bufio.NewReader(c), "GET"); err != nil || resp.StatusCode < 500 {
+			t.Errorf("the request whose dial hung: %v %v", resp, err)
+		}
+	}
+	if out, err := s.curl(t, "default.test", s.def, "/ok"); err != nil || out != "ok\n" {
+		t.Errorf("a handshake after the slots freed: %v %q", err, out)
+	}
+	if got := counter(t, s.snapshot(), "tls_signs") - after.Counters["tls_signs"]; got != 1 {
+		t.Errorf("%d signatures for the handshake after", got)
+	}
+}
