@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor"
 )
 
 // vhostSite is a harness whose routes are all limited to host names, with
@@ -287,4 +290,46 @@ route "/echo" {
 		part.rc.close()
 	}
 	checkNoDeaths(t, h)
+}
+
+// A reload that changes hsts, a route's hosts and https_redirect replaces
+// the workers, and the new answers follow.
+func TestVhostReload(t *testing.T) {
+	s := startVhosts(t)
+	old := map[int]bool{}
+	for _, w := range s.snapshot().Workers {
+		old[w.PID] = true
+	}
+	src := baseConfig + vhostConfig(s.def, s.wildcard, vhostRoutes+`
+route "/" {
+  hosts = ["new.test"]
+  respond {
+    body = "new\n"
+  }
+}
+`)
+	src = strings.Replace(src, `include_subdomains = true`, `include_subdomains = false`, 1)
+	src = strings.Replace(src, `https_redirect = 443`, `https_redirect = 8443`, 1)
+	if err := os.WriteFile(s.config, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sup.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("every worker replaced", 20*time.Second, func(snap supervisor.Snapshot) bool {
+		if !settled(2)(snap) {
+			return false
+		}
+		for _, w := range snap.Workers {
+			if old[w.PID] {
+				return false
+			}
+		}
+		return true
+	})
+	out := curlHead(t, "https", "default.test", s.https, "/", "--cacert", s.def.cert)
+	wantIn(t, "hsts after the reload", out, "Strict-Transport-Security: max-age=31536000\n", "\n\ndefault\n")
+	wantIn(t, "a host added by the reload", curlHead(t, "http", "new.test", s.plain, "/"), "HTTP/1.1 200 OK", "\n\nnew\n")
+	wantIn(t, "the redirect's new port", curlHead(t, "http", "new.test", s.redirect, "/x"), "Location: https://new.test:8443/x\n")
+	checkNoDeaths(t, s.harness)
 }
