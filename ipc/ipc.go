@@ -77,21 +77,24 @@ func expectFDs(f *proto.Frame) int {
 	return 0
 }
 
-// Reset empties f for the next Recv. A Done body, the frame the supervisor
-// receives per round, stays allocated with its slices' capacity, so that
-// decoding the next Done into f allocates nothing; any other body is
-// dropped.
+// Reset empties f for the next Recv. A Done or Dispatch body, the frames
+// of every round, stays allocated (a Done with its slices' capacity), so that
+// decoding the next one of the same type into f allocates nothing but its
+// strings and bytes; any other body is dropped.
 func Reset(f *proto.Frame) {
-	done, ok := f.Body.(*proto.Frame_Done)
+	body := f.Body
 	f.Reset()
-	if !ok {
-		return
+	switch b := body.(type) {
+	case *proto.Frame_Done:
+		m := b.Done
+		status, micros := m.ResponseStatus[:0], m.ResponseMicros[:0]
+		m.Reset()
+		m.ResponseStatus, m.ResponseMicros = status, micros
+		f.Body = b
+	case *proto.Frame_Dispatch:
+		b.Dispatch.Reset()
+		f.Body = b
 	}
-	m := done.Done
-	status, micros := m.ResponseStatus[:0], m.ResponseMicros[:0]
-	m.Reset()
-	m.ResponseStatus, m.ResponseMicros = status, micros
-	f.Body = done
 }
 
 // decode parses a received datagram into f, which must be empty (new, or

@@ -32,7 +32,8 @@ type body struct {
 }
 
 func newBody(cs *connServer, h *httphead.Head, max int64, start time.Time) *body {
-	b := &body{cs: cs, max: max, start: start, expect: h.Expect100, length: h.ContentLength}
+	cs.reqBody = body{cs: cs, max: max, start: start, expect: h.Expect100, length: h.ContentLength}
+	b := &cs.reqBody
 	switch {
 	case h.Chunked:
 		b.r = httphead.NewChunkedReader(cs.br, httphead.Limits{})
@@ -86,10 +87,10 @@ func (b *body) Read(p []byte) (int, error) {
 // violated (docs/DESIGN.md §3.3): the bytes so far cover bodyGrace + n/rate seconds.
 func (b *body) phase() {
 	start, n := b.start, b.n
-	b.cs.in.limit = func(now time.Time) time.Time {
+	b.cs.in.setLimit(func(now time.Time) time.Time {
 		rateLine := start.Add(bodyGrace + time.Duration(float64(n)/bodyMinRate*float64(time.Second)))
 		return earliest(rateLine, now.Add(bodyReadWait))
-	}
+	})
 }
 
 func (b *body) Close() error { return nil }
@@ -136,6 +137,10 @@ func (cs *connServer) continue100() bool {
 // bodyErrorStatus maps a body read error the transport caused to its status,
 // or 0 for any other error.
 func bodyErrorStatus(err error) int {
+	if err == nil {
+		// The common case, before errors.As puts he on the heap.
+		return 0
+	}
 	switch {
 	case errors.Is(err, ErrBodyTooSlow):
 		return http.StatusRequestTimeout

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -110,6 +111,21 @@ func validPort(v string) bool {
 // connKey is the request context key under which a round puts its
 // connection's server, for what only the connection knows (its local port).
 type connKey struct{}
+
+// connContext is a round context's parent: Background with the round's
+// connServer under connKey. It lives in the connServer, so a round's
+// context costs no allocation for the value.
+type connContext struct {
+	context.Context
+	cs *connServer
+}
+
+func (c *connContext) Value(key any) any {
+	if key == (connKey{}) {
+		return c.cs
+	}
+	return c.Context.Value(key)
+}
 
 // localPort returns the port the request's connection was accepted on, or "".
 func localPort(r *http.Request) string {

@@ -37,7 +37,7 @@ func (cs *connServer) hotWait() hotResult {
 	// pressure notice that finds it registered moves it to the past, and
 	// one that came earlier is seen by the check below.
 	cs.nc.SetReadDeadline(time.Now().Add(w.hotWindow))
-	cs.in.limit = nil
+	cs.in.setLimit(nil)
 	w.hotMu.Lock()
 	w.hot[cs] = struct{}{}
 	w.hotMu.Unlock()

@@ -62,6 +62,36 @@ func decodeUnreserved(p string) string {
 // an absolute path; ".." never climbs above "/". A path ending in "/", "/."
 // or "/.." ends in "/".
 func resolveSegments(p string) string {
+	if normalSegments(p) {
+		return p // the common case, without splitting and joining
+	}
+	return resolveSplit(p)
+}
+
+// normalSegments reports whether p is an absolute path that resolveSegments
+// leaves as it is: no empty segment but a trailing one, no dot segment.
+func normalSegments(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	for i := 1; i <= len(p); {
+		end := len(p)
+		if j := strings.IndexByte(p[i:], '/'); j >= 0 {
+			end = i + j
+		}
+		switch seg := p[i:end]; {
+		case seg == "." || seg == "..":
+			return false
+		case seg == "" && end < len(p):
+			return false
+		}
+		i = end + 1
+	}
+	return true
+}
+
+// resolveSplit is resolveSegments by splitting p into its segments.
+func resolveSplit(p string) string {
 	segs := strings.Split(p, "/")[1:]
 	out := make([]string, 0, len(segs))
 	trailing := false

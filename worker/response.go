@@ -35,8 +35,14 @@ type response struct {
 	err         error // sticky write error
 }
 
+// newResponse readies cs's response for a round, its header emptied.
 func newResponse(cs *connServer, req *http.Request, keep bool) *response {
-	return &response{cs: cs, req: req, header: make(http.Header), keep: keep, declared: -1}
+	if cs.respHeader == nil {
+		cs.respHeader = make(http.Header)
+	}
+	clear(cs.respHeader)
+	cs.resp = response{cs: cs, req: req, header: cs.respHeader, keep: keep, declared: -1, pending: cs.pendingBuf[:0]}
+	return &cs.resp
 }
 
 func (r *response) Header() http.Header { return r.header }
@@ -165,6 +171,9 @@ func (r *response) sendHeader(final bool) {
 	h.Del("Connection")
 	h.Del("Keep-Alive")
 	h.Del("Transfer-Encoding")
+	// Written by the transport below, straight into the head (not through
+	// the map, which costs an allocation per header and round).
+	h.Del("X-Content-Type-Options")
 	if cl := h.Get("Content-Length"); cl != "" {
 		n, err := strconv.ParseInt(cl, 10, 64)
 		if err != nil || n < 0 {
@@ -210,23 +219,35 @@ func (r *response) sendHeader(final bool) {
 	if _, set := h["Content-Type"]; !set && len(r.pending) > 0 {
 		h.Set("Content-Type", http.DetectContentType(r.pending))
 	}
-	h.Set("X-Content-Type-Options", "nosniff")
-	if v := r.cs.listener.hsts; v != "" {
-		h.Set("Strict-Transport-Security", v)
+	hsts := r.cs.listener.hsts
+	if hsts != "" {
+		h.Del("Strict-Transport-Security") // the listener's, written below
 	}
 	r.cs.w.setCORS(h, r.req.Header.Get("Origin"), false)
+	bw := r.cs.bw
+	writeHeadLines(r.cs, r.status, h)
+	bw.WriteString("X-Content-Type-Options: nosniff\r\n")
+	if hsts != "" {
+		bw.WriteString("Strict-Transport-Security: ")
+		bw.WriteString(hsts)
+		bw.WriteString("\r\n")
+	}
 	if h.Get("Date") == "" {
-		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+		bw.WriteString("Date: ")
+		bw.WriteString(r.cs.w.date.now())
+		bw.WriteString("\r\n")
 	}
 	if r.keep {
-		h.Set("Connection", "keep-alive")
-		h.Set("Keep-Alive", "timeout="+strconv.Itoa(int(r.cs.w.cfg.Limits.KeepAliveIdleTimeout/time.Second)))
+		bw.WriteString("Connection: keep-alive\r\nKeep-Alive: timeout=")
+		bw.WriteString(strconv.Itoa(int(r.cs.w.cfg.Limits.KeepAliveIdleTimeout / time.Second)))
+		bw.WriteString("\r\n")
 	} else {
-		h.Set("Connection", "close")
+		bw.WriteString("Connection: close\r\n")
 	}
-	writeHead(r.cs, r.status, h)
+	bw.WriteString("\r\n")
 	pending := r.pending
 	r.pending = nil
+	r.cs.pendingBuf = pending[:0] // for the next round, once written
 	if len(pending) > 0 {
 		r.writeBody(pending)
 	}
@@ -235,6 +256,13 @@ func (r *response) sendHeader(final bool) {
 // writeHead writes a status line and header fields, dropping (and logging)
 // any field whose name or value is not valid on the wire.
 func writeHead(cs *connServer, status int, h http.Header) {
+	writeHeadLines(cs, status, h)
+	cs.bw.WriteString("\r\n")
+}
+
+// writeHeadLines writes the status line and h, without the empty line
+// that ends the head.
+func writeHeadLines(cs *connServer, status int, h http.Header) {
 	bw := cs.bw
 	text := http.StatusText(status)
 	if text == "" {
@@ -264,7 +292,6 @@ func writeHead(cs *connServer, status int, h http.Header) {
 			bw.WriteString("\r\n")
 		}
 	}
-	bw.WriteString("\r\n")
 }
 
 // writeError answers a transport-level error with a short text body, the

@@ -55,15 +55,15 @@ var (
 )
 
 // serve runs the rounds of one dispatched connection and hands it back.
-func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
+func (w *Worker) serve(st *serverState, j job) {
 	defer func() {
 		w.serving.Add(-1)
 		w.exitIfDrained()
 	}()
+	d, fd, k := j.f.GetDispatch(), j.fd, j.k
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
-	var statuses []uint32
-	var micros []uint64
+	statuses, micros := st.statuses[:0], st.micros[:0]
 	// The descriptor is non-blocking (the supervisor accepted it so), so
 	// os.NewFile puts it under the runtime's poller with deadlines, without
 	// the extra dup and close net.FileConn would cost on every round.
@@ -92,14 +92,16 @@ func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
 	if tc != nil || !d.GetTls() {
 		var cs *connServer
 		if tc != nil {
-			cs = newConnServer(w, tc, d)
+			cs = newConnServer(&st.cs, w, tc, d)
 			cs.tls, cs.tfd = true, fd
 		} else {
-			cs = newConnServer(w, nc, d)
+			cs = newConnServer(&st.cs, w, nc, d)
 			cs.fd = fd
 		}
+		cs.statuses, cs.micros = statuses, micros
 		disp, carried, requests = cs.serve()
 		outcome, statuses, micros, outside = cs.outcome, cs.statuses, cs.micros, cs.outside
+		st.statuses, st.micros = statuses, micros
 		handback, hot = cs.handback, cs.hotRequests
 		cs.release()
 		switch {
@@ -123,19 +125,17 @@ func (w *Worker) serve(d *proto.Dispatch, fd int, k *keptConn) {
 		// connection alone.
 		nc.Close()
 	}
-	done := &proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
-		ConnId:         d.GetConnId(),
-		Disposition:    disp,
-		Outcome:        outcome,
-		ResponseStatus: statuses,
-		ResponseMicros: micros,
-		Carried:        carried,
-		Requests:       requests,
-		HotRequests:    hot,
-		Handback:       handback,
-		Kept:           kept,
-		Pending:        pending,
-	}}}
+	done, m := st.doneFrame()
+	m.ConnId = d.GetConnId()
+	m.Disposition = disp
+	m.Outcome = outcome
+	m.ResponseStatus, m.ResponseMicros = statuses, micros
+	m.Carried = carried
+	m.Requests = requests
+	m.HotRequests = hot
+	m.Handback = handback
+	m.Kept = kept
+	m.Pending = pending
 	// The slot is released before Done is written: once the supervisor
 	// reads Done it may dispatch again at once, and must never find the slot
 	// still taken (the admission race, docs/DESIGN.md §2.6).
@@ -176,9 +176,22 @@ type connServer struct {
 	// relayed; it is closed after the round.
 	upgraded bool
 	rw       *response // the current round's response
-	in       *deadlineReader
+	in       deadlineReader
 	br       *bufio.Reader
 	bw       *bufio.Writer
+	// The readers and writer under br and bw, held here so that a server
+	// goroutine reusing cs allocates none of them per dispatch.
+	carriedR bytes.Reader
+	input    carriedThenConn
+	out      deadlineWriter
+	// The round's parent context, response, response header, body and
+	// buffered response body, reused round after round: a handler uses
+	// none of them after it returns.
+	parent     connContext
+	resp       response
+	respHeader http.Header
+	pendingBuf []byte
+	reqBody    body
 
 	fd        int          // the connection's descriptor, or -1; owned by nc
 	tls       bool         // nc is a TLS connection
@@ -194,38 +207,6 @@ type clientConn interface {
 	io.ReadWriteCloser
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
-}
-
-func newConnServer(w *Worker, nc clientConn, d *proto.Dispatch) *connServer {
-	cs := &connServer{
-		w:        w,
-		nc:       nc,
-		d:        d,
-		accepted: time.Unix(0, d.GetAcceptedUnixNano()),
-		requests: d.GetRequests(),
-		carried:  bytes.NewReader(d.GetCarried()),
-		fd:       -1,
-		listener: w.router.byListener[d.GetListenerName()],
-	}
-	cs.in = &deadlineReader{nc: nc}
-	cs.br = readerPool.Get().(*bufio.Reader)
-	cs.raw.r = io.MultiReader(cs.carried, cs.in)
-	cs.br.Reset(&cs.raw)
-	cs.bw = writerPool.Get().(*bufio.Writer)
-	cs.bw.Reset(&deadlineWriter{nc: nc, timeout: w.cfg.Limits.WriteTimeout})
-	return cs
-}
-
-// release gives the round buffers back to their pools, once.
-func (cs *connServer) release() {
-	if cs.br == nil {
-		return
-	}
-	cs.br.Reset(nil)
-	readerPool.Put(cs.br)
-	cs.bw.Reset(nil)
-	writerPool.Put(cs.bw)
-	cs.br, cs.bw = nil, nil
 }
 
 // serve answers requests while input is buffered, up to pipelineRounds in a
@@ -304,7 +285,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		time.Since(cs.accepted) < maxConnAge &&
 		!cs.drainCloses()
 
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), connKey{}, cs))
+	ctx, cancel := context.WithCancel(&cs.parent)
 	defer cancel()
 	req := &http.Request{
 		Method:        head.Method,

@@ -12,18 +12,34 @@ import (
 // deadlineReader feeds the current phase's deadline into every read, so each
 // cap bounds the wait that enforces it.
 type deadlineReader struct {
-	nc    clientConn
+	nc clientConn
+	// limit is the deadline of the phase after the head (a body); nil
+	// with headEnd zero: no deadline.
 	limit func(now time.Time) time.Time
+	// headEnd is the head phase's deadline, which the inter-byte gap
+	// shortens; zero outside the head phase. A field, not a closure in
+	// limit, so that a round's head costs no allocation.
+	headEnd time.Time
 }
 
 // head starts the head phase: 30 s from the first byte, with an inter-byte gap.
 func (r *deadlineReader) head(start time.Time) {
-	end := start.Add(headDeadline)
-	r.limit = func(now time.Time) time.Time { return earliest(end, now.Add(headGap)) }
+	r.limit = nil
+	r.headEnd = start.Add(headDeadline)
+}
+
+// setLimit ends the head phase and starts another, with its own deadline
+// (nil: none).
+func (r *deadlineReader) setLimit(limit func(now time.Time) time.Time) {
+	r.headEnd = time.Time{}
+	r.limit = limit
 }
 
 func (r *deadlineReader) Read(p []byte) (int, error) {
-	if r.limit != nil {
+	switch {
+	case !r.headEnd.IsZero():
+		r.nc.SetReadDeadline(earliest(r.headEnd, time.Now().Add(headGap)))
+	case r.limit != nil:
 		r.nc.SetReadDeadline(r.limit(time.Now()))
 	}
 	return r.nc.Read(p)

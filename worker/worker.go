@@ -53,6 +53,9 @@ type Worker struct {
 	hotMu     sync.Mutex
 	hot       map[*connServer]struct{} // +checklocks:hotMu
 
+	srv  servers // set once by Hello
+	date dateCache
+
 	active   atomic.Int32
 	draining atomic.Bool
 	// retire is set by a Drain with retire: the TLS connections kept here
@@ -156,8 +159,13 @@ func Run(args []string, opts Options) int {
 // run reads frames until the channel closes or a drain completes. layers is
 // the sandbox report sent in Ready.
 func (w *Worker) run(layers []*proto.SandboxLayer) error {
+	defer func() {
+		if w.srv.jobs != nil {
+			close(w.srv.jobs) // the server goroutines end
+		}
+	}()
 	for {
-		f := new(proto.Frame)
+		f := w.frame()
 		fd, err := w.ch.Recv(f)
 		if errors.Is(err, ipc.ErrClosed) || w.drained.Load() {
 			// The supervisor is gone (nothing to hand connections back
@@ -206,7 +214,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 				return errors.New("Dispatch over the worker's concurrency")
 			}
 			w.active.Add(1)
-			go w.serve(b.Dispatch, fd, k)
+			w.start(job{f: f, fd: fd, k: k})
 		case *proto.Frame_Ping:
 			// Sent from its own goroutine: this loop never blocks on a
 			// send, so the supervisor's frames are always read.
@@ -285,6 +293,7 @@ func (w *Worker) hello(h *proto.Hello) error {
 		return err
 	}
 	w.conc = max(1, int(h.GetConcurrency()))
+	w.srv = newServers(w.conc)
 	w.hotWindow = cfg.Workers.HotWindow
 	w.hotMu.Lock()
 	w.hot = make(map[*connServer]struct{})
