@@ -255,7 +255,7 @@ func (h *allocHarness) responseLen(req, dispatch []byte) int {
 func dispatchBytes(t *testing.T) []byte {
 	t.Helper()
 	b, err := ipc.Marshal(nil, &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{
-		ConnId: 7, HasFd: true, Peer: "127.0.0.1:40000", ClientKey: "127.0.0.1", Requests: 1,
+		ConnId: 7, HasFd: true, Peer: "127.0.0.1:40000", ClientKey: "127.0.0.1", Requests: 1, ListenerName: "http",
 		AcceptedUnixNano: time.Now().UnixNano(),
 	}}})
 	if err != nil {
@@ -272,13 +272,14 @@ func dispatchBytes(t *testing.T) []byte {
 // keep: per request (13) the parsed head (7: the Head, its Header map, the
 // values' slab, the request line's strings, the *url.URL), the
 // *http.Request, its normalised URL, its context (WithCancel, 2) and
-// WithContext's copy; per dispatch (4 more) the *os.File over the received
-// descriptor (2) and the Dispatch's peer and client key strings. A small
+// WithContext's copy; per dispatch (5 more) the *os.File over the received
+// descriptor (2) and the Dispatch's peer, client key and listener name
+// strings. A small
 // static file adds net/http's ServeContent (the open file, its stat, the
 // Last-Modified and ETag values, the range parsing).
 const (
-	maxAllocsDispatchRespond = 17
-	maxAllocsDispatchStatic  = 47
+	maxAllocsDispatchRespond = 18
+	maxAllocsDispatchStatic  = 48
 	maxAllocsHotRespond      = 13
 	maxAllocsHotStatic       = 43
 )
