@@ -47,7 +47,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 	proxy := d.proxyListener(l.name)
 	tls := d.tlsListener(l.name)
 	for n := 0; n < acceptBatch; n++ {
-		if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.heldFDs+d.fdReserve >= d.fdLimit &&
+		if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.heldFDs+d.fdReserve >= d.fdLimit &&
 			!d.evictIdle("descriptor reserve") && !d.evictIncomplete("descriptor reserve") {
 			d.pauseAccept(now, "descriptor reserve reached and no idle or incomplete connection to close")
 			return
@@ -116,16 +116,22 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 		d.logLimited(hclog.Debug, "refused-"+refuse, "connection refused", "reason", refuse)
 		return
 	}
-	d.nextID++
-	c := &conn{id: d.nextID, fd: fd, client: cl, listener: listener, peer: peer, accepted: now, fresh: true, tls: tls}
+	c := d.conns.alloc()
+	if c == nil {
+		unix.Close(fd)
+		d.c.acceptErrors++
+		d.logLimited(hclog.Warn, "conn-table-full", "connection table full", "connections", d.conns.len())
+		return
+	}
+	c.fd, c.client, c.listener, c.peer, c.accepted, c.fresh, c.tls = fd, cl, uint32(listener), packPeer(peer), now, true, tls
 	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
+		d.conns.release(c)
 		unix.Close(fd)
 		d.logLimited(hclog.Warn, "epoll-add", "registering connection", "error", err)
 		return
 	}
 	d.clients[key] = cl
 	cl.conns++
-	d.conns[c.id] = c
 	d.queued++
 	d.c.accepted++
 	cl.incomplete.push(c)

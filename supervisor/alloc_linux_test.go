@@ -59,7 +59,7 @@ func startAllocLoop(t *testing.T) *allocLoop {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, c := range d.conns {
+		for c := range d.conns.all() {
 			d.closeConn(c)
 		}
 		s.closeListeners()
@@ -100,11 +100,11 @@ func startAllocLoop(t *testing.T) *allocLoop {
 	}
 	t.Cleanup(func() { unix.Close(h.client) })
 	now := time.Now()
-	for i := 0; i < 100 && len(d.conns) == 0; i++ {
+	for i := 0; i < 100 && d.conns.len() == 0; i++ {
 		d.accept(d.listeners[0].id, now)
 		time.Sleep(time.Millisecond)
 	}
-	for _, cc := range d.conns {
+	for cc := range d.conns.all() {
 		h.c = cc
 	}
 	if h.c == nil {

@@ -39,8 +39,9 @@ type bodyBudget struct {
 }
 
 // bodyState is a connection's place in the body round. Zero: in the pool.
+// Its flag (conn.bodyOutside: BodyStart granted, no pool slot held, the
+// budget charged) is packed with the record's other small fields.
 type bodyState struct {
-	outside bool   // BodyStart granted: no pool slot held, the budget charged
 	charged int64  // bytes charged to the budget
 	resume  uint64 // the BodyDone request waiting for a slot, 0 if none
 }
@@ -49,21 +50,21 @@ type bodyState struct {
 func (d *dispatcher) validBodyRequest(w *workerProc, f *proto.Frame) string {
 	switch b := f.Body.(type) {
 	case *proto.Frame_BodyStart:
-		c := d.conns[b.BodyStart.GetConnId()]
+		c := d.conns.get(b.BodyStart.GetConnId())
 		switch {
 		case c == nil || c.worker != w || c.state != stateAtWorker:
 			return fmt.Sprintf("BodyStart for connection %d it does not hold", b.BodyStart.GetConnId())
-		case c.body.outside:
+		case c.bodyOutside:
 			return "BodyStart twice"
 		case b.BodyStart.GetLength() <= 0:
 			return "BodyStart without a length"
 		}
 	case *proto.Frame_BodyDone:
-		c := d.conns[b.BodyDone.GetConnId()]
+		c := d.conns.get(b.BodyDone.GetConnId())
 		switch {
 		case c == nil || c.worker != w || c.state != stateAtWorker:
 			return fmt.Sprintf("BodyDone for connection %d it does not hold", b.BodyDone.GetConnId())
-		case !c.body.outside || c.body.resume != 0:
+		case !c.bodyOutside || c.body.resume != 0:
 			return "BodyDone without BodyStart"
 		}
 	}
@@ -74,7 +75,7 @@ func (d *dispatcher) validBodyRequest(w *workerProc, f *proto.Frame) string {
 // when the budget has no room.
 func (d *dispatcher) bodyStart(w *workerProc, id uint64, m *proto.BodyStart, now time.Time) {
 	w.slots.Release()
-	c := d.conns[m.GetConnId()]
+	c := d.conns.get(m.GetConnId())
 	cl, n, l := c.client, m.GetLength(), d.cfg.Limits
 	fits := d.bodyConns < l.BodyBufferConnections && d.bodyBytes+n <= l.BodyBufferBytes &&
 		(cl.trusted || cl.bodyConns < l.BodyBufferConnectionsPerClient && cl.bodyBytes+n <= l.BodyBufferBytesPerClient)
@@ -84,7 +85,7 @@ func (d *dispatcher) bodyStart(w *workerProc, id uint64, m *proto.BodyStart, now
 		d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{}}}, -1)
 		return
 	}
-	c.body = bodyState{outside: true, charged: n}
+	c.body, c.bodyOutside = bodyState{charged: n}, true
 	d.bodyBytes += n
 	d.bodyConns++
 	cl.bodyBytes += n
@@ -100,7 +101,7 @@ func (d *dispatcher) bodyStart(w *workerProc, id uint64, m *proto.BodyStart, now
 
 // bodyDone releases c's body budget and asks for a pool slot for it.
 func (d *dispatcher) bodyDone(w *workerProc, id uint64, m *proto.BodyDone, now time.Time) {
-	c := d.conns[m.GetConnId()]
+	c := d.conns.get(m.GetConnId())
 	d.uncharge(c)
 	c.body.resume = id
 	if d.grantBody(c) {
@@ -138,7 +139,7 @@ func (d *dispatcher) grantBody(c *conn) bool {
 		c.tlist.remove(c)
 	}
 	id := c.body.resume
-	c.body = bodyState{}
+	c.body, c.bodyOutside = bodyState{}, false
 	c.worker.active++
 	cl.out++
 	d.out++
@@ -177,7 +178,7 @@ func (d *dispatcher) expireBodies(now time.Time) {
 // worker death) while outside the pool: its budget and any pending slot
 // request. It reports whether c was outside (and so held no slot).
 func (d *dispatcher) releaseBody(c *conn) bool {
-	if !c.body.outside {
+	if !c.bodyOutside {
 		return false
 	}
 	d.uncharge(c)
@@ -193,7 +194,7 @@ func (d *dispatcher) releaseBody(c *conn) bool {
 		c.worker.slots.Release()
 		d.send(c.worker, &proto.Frame{Id: id, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{}}}, -1)
 	}
-	c.body = bodyState{}
+	c.body, c.bodyOutside = bodyState{}, false
 	c.worker = nil
 	return true
 }

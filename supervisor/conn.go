@@ -38,22 +38,17 @@ var stateNames = [...]string{"fresh", "idle", "waiting", "at_worker", "linger", 
 
 func (s connState) String() string { return stateNames[s] }
 
-// conn is the dispatcher's record of one client connection. It is owned by
-// the dispatcher loop; no other goroutine touches it.
+// conn is the dispatcher's record of one client connection, in the slab
+// (connSlab). It is owned by the dispatcher loop; no other goroutine touches
+// it. It is what a parked connection costs, so it stays small: what only some
+// states need (an incomplete head) hangs off it, and the small fields are
+// packed at its end (TestConnRecordSize).
 type conn struct {
-	id       uint64 // immutable, never reused; the poller token
+	id       uint64 // immutable, the slot in the slab and a sequence number; the poller token
 	fd       int    // owned by the dispatcher (a worker holds a dup during a round)
-	state    connState
 	client   *client
-	listener uint64 // the id of the listener that accepted it
-	peer     netip.AddrPort
 	accepted time.Time
-
-	requests uint32 // requests served so far
 	carried  []byte // input read by a worker and not yet consumed
-	fresh    bool   // counted against max_queued_connections
-	tls      bool   // accepted on a TLS listener
-	lowat    bool   // SO_RCVLOWAT raised to wait for a whole TLS record
 	// kept is the worker holding the connection's TLS state and a copy
 	// of its descriptor between rounds (affinity), or nil.
 	kept   *workerProc
@@ -64,22 +59,68 @@ type conn struct {
 	tlist        *connList
 	qprev, qnext *conn
 	qlist        *connList
-
-	// An incomplete head (state head): the bytes read so far, at most
-	// headend.MaxHead, where to resume scanning them, and when its first
-	// and latest bytes arrived (the head deadline and the gap run from
-	// them; the head is on headTimers by the q* links, gapTimers by t*).
-	head      []byte
-	headScan  int
-	firstByte time.Time
-	lastByte  time.Time
 	// The client's connections that have not completed a head (fresh,
 	// head, proxy), oldest first: what admission closes to make room.
 	iprev, inext *conn
 	ilist        *connList
 
+	// hd is the incomplete head of a connection in state head, nil in
+	// every other state: most connections never need one.
+	hd *headState
+
 	body bodyState // a request body received outside the pool
+
+	requests uint32 // requests served so far
+	listener uint32 // the id of the listener that accepted it
+	peer     peerAddr
+	state    connState
+	fresh    bool // counted against max_queued_connections
+	tls      bool // accepted on a TLS listener
+	lowat    bool // SO_RCVLOWAT raised to wait for a whole TLS record
+	// bodyOutside: a request body is received outside the pool (body).
+	bodyOutside bool
 	// stream: a long-lived request or upgraded connection charged to the
 	// stream budget instead of the pool.
 	stream streamState
+}
+
+// peerAddr is a connection's peer address and port: 20 bytes where a
+// netip.AddrPort takes 32. Peers have no zone.
+type peerAddr struct {
+	ip   [16]byte
+	port uint16
+	kind uint8 // 0: none, 4 or 6
+}
+
+func packPeer(ap netip.AddrPort) peerAddr {
+	a := ap.Addr()
+	p := peerAddr{ip: a.As16(), port: ap.Port()}
+	switch {
+	case a.Is4():
+		p.kind = 4
+	case a.IsValid():
+		p.kind = 6
+	}
+	return p
+}
+
+func (p peerAddr) addrPort() netip.AddrPort {
+	switch p.kind {
+	case 4:
+		return netip.AddrPortFrom(netip.AddrFrom16(p.ip).Unmap(), p.port)
+	case 6:
+		return netip.AddrPortFrom(netip.AddrFrom16(p.ip), p.port)
+	}
+	return netip.AddrPort{}
+}
+
+// headState is an incomplete head (state head): the bytes read so far, at
+// most headend.MaxHead, where to resume scanning them, and when its first and
+// latest bytes arrived (the head deadline and the gap run from them; the
+// connection is on headTimers by the q* links, gapTimers by t*).
+type headState struct {
+	buf       []byte
+	scan      int
+	firstByte time.Time
+	lastByte  time.Time
 }

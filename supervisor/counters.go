@@ -279,7 +279,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	for _, l := range d.listeners {
 		s.Listeners = append(s.Listeners, l.addr)
 	}
-	for _, c := range d.conns {
+	for c := range d.conns.all() {
 		s.Conns[c.state.String()]++
 	}
 	s.Upstreams = d.upstreamInfo(now)

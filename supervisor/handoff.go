@@ -99,8 +99,8 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	m.Tls = c.tls
 	// By name, which reloads keep: the worker applies that listener's
 	// certificates, hsts and https_redirect.
-	m.ListenerName = d.listenerName(c.listener)
-	b, err := d.dispatchEnc.Encode(m, c.peer, c.client.key)
+	m.ListenerName = d.listenerName(uint64(c.listener))
+	b, err := d.dispatchEnc.Encode(m, c.peer.addrPort(), c.client.key)
 	m.Carried = nil
 	c.carried = nil
 	if err != nil {
@@ -153,7 +153,7 @@ func (d *dispatcher) pump(cl *client, now time.Time) {
 // released first, then it is re-parked, re-dispatched with its carried input,
 // lingered or closed.
 func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
-	c := d.conns[m.GetConnId()]
+	c := d.conns.get(m.GetConnId())
 	switch {
 	case c == nil || c.state != stateAtWorker || c.worker != w:
 		d.killWorker(w, fmt.Sprintf("Done for connection %d it does not hold", m.GetConnId()))

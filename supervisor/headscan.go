@@ -92,8 +92,8 @@ func (d *dispatcher) headTimeout() time.Duration {
 // Deadlines are computed from when each list's entries joined, with the live
 // timeout, so every list stays sorted when stress mode changes the timeout.
 func (d *dispatcher) freshDeadline(c *conn) time.Time { return c.accepted.Add(d.firstByteTimeout()) }
-func (d *dispatcher) headDeadline(c *conn) time.Time  { return c.firstByte.Add(d.headTimeout()) }
-func gapDeadline(c *conn) time.Time                   { return c.lastByte.Add(headGap) }
+func (d *dispatcher) headDeadline(c *conn) time.Time  { return c.hd.firstByte.Add(d.headTimeout()) }
+func gapDeadline(c *conn) time.Time                   { return c.hd.lastByte.Add(headGap) }
 
 // readHead looks at the input of a readable fresh, idle or head connection.
 // It dispatches the connection when its head is decided and otherwise keeps
@@ -136,7 +136,7 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		return
 	}
 	// A client that closed or reset mid-head gets no answer.
-	n := d.input(c, d.peekBuf[:headend.MaxHead-len(c.head)], false)
+	n := d.input(c, d.peekBuf[:headend.MaxHead-len(c.hd.buf)], false)
 	if n == 0 {
 		return
 	}
@@ -144,7 +144,7 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 	if d.headDecided(c, now) {
 		return
 	}
-	c.lastByte = now
+	c.hd.lastByte = now
 	d.gapTimers.remove(c)
 	d.gapTimers.push(c)
 	d.arm(c)
@@ -175,10 +175,8 @@ func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
 	for d.headBytes+len(in) > headBudget && d.evictIncomplete("head buffer budget") {
 	}
 	c.state = stateHead
-	c.head = nil
+	c.hd = &headState{firstByte: now, lastByte: now}
 	d.growHead(c, in)
-	c.headScan = 0
-	c.firstByte, c.lastByte = now, now
 	d.gapTimers.push(c)
 	d.headTimers.push(c)
 	c.client.incomplete.push(c)
@@ -187,17 +185,19 @@ func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
 
 // growHead appends in to c's head, keeping headBytes in step.
 func (d *dispatcher) growHead(c *conn, in []byte) {
-	d.headBytes -= cap(c.head)
-	c.head = append(c.head, in...)
-	d.headBytes += cap(c.head)
+	d.headBytes -= cap(c.hd.buf)
+	c.hd.buf = append(c.hd.buf, in...)
+	d.headBytes += cap(c.hd.buf)
 }
 
 // dropHead forgets c's incomplete head, if any, and returns its bytes.
 func (d *dispatcher) dropHead(c *conn) []byte {
-	h := c.head
-	d.headBytes -= cap(h)
-	c.head = nil
-	c.headScan = 0
+	var h []byte
+	if c.hd != nil {
+		h = c.hd.buf
+		d.headBytes -= cap(h)
+		c.hd = nil
+	}
 	if c.qlist == &d.headTimers {
 		d.headTimers.remove(c)
 	}
@@ -210,9 +210,9 @@ func (d *dispatcher) dropHead(c *conn) []byte {
 // headDecided scans c's held head and dispatches c with it as carried bytes
 // when it is decided. It reports whether it did.
 func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
-	st, resume := headend.Scan(c.head, c.headScan)
-	if st == headend.Incomplete && len(c.head) < headend.MaxHead {
-		c.headScan = resume
+	st, resume := headend.Scan(c.hd.buf, c.hd.scan)
+	if st == headend.Incomplete && len(c.hd.buf) < headend.MaxHead {
+		c.hd.scan = resume
 		return false
 	}
 	c.carried = d.dropHead(c)
@@ -305,8 +305,8 @@ func (d *dispatcher) evictIncomplete(why string) bool {
 // incompleteSince is when c started waiting for its head: its first byte in
 // state head, else its accept.
 func incompleteSince(c *conn) time.Time {
-	if c.state == stateHead {
-		return c.firstByte
+	if c.hd != nil {
+		return c.hd.firstByte
 	}
 	return c.accepted
 }
@@ -318,7 +318,7 @@ func (d *dispatcher) underPressure(now time.Time) bool {
 	if q := d.cfg.Limits.MaxQueuedConnections; q > 0 && d.queued >= q*3/4 {
 		return true
 	}
-	if d.fdLimit > 0 && d.fdBase+len(d.conns)+d.heldFDs+d.fdReserve >= d.fdLimit*7/8 {
+	if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.heldFDs+d.fdReserve >= d.fdLimit*7/8 {
 		return true
 	}
 	return d.headBytes >= headBudget*3/4 || now.Sub(d.evictedAt) < time.Second

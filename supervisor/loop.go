@@ -85,7 +85,7 @@ func (d *dispatcher) run() error {
 			case kindWorker:
 				d.workerEvent(id, ev, now)
 			case kindConn:
-				if c := d.conns[id]; c != nil {
+				if c := d.conns.get(id); c != nil {
 					d.connEvent(c, ev, now)
 				}
 			}
@@ -283,7 +283,7 @@ func (d *dispatcher) stop(now time.Time) {
 		unix.Close(l.fd)
 	}
 	d.listeners = nil
-	for _, c := range d.conns {
+	for c := range d.conns.all() {
 		if c.state != stateAtWorker {
 			d.closeConn(c)
 		}
@@ -326,7 +326,7 @@ func (d *dispatcher) finished(now time.Time) bool {
 }
 
 func (d *dispatcher) teardown() {
-	for _, c := range d.conns {
+	for c := range d.conns.all() {
 		d.closeConn(c)
 	}
 	for _, w := range d.workers {

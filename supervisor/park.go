@@ -151,11 +151,11 @@ func (d *dispatcher) closeConn(c *conn) {
 	unix.Shutdown(c.fd, unix.SHUT_RDWR)
 	unix.Close(c.fd)
 	d.forget(c)
-	delete(d.conns, c.id)
 	cl := c.client
 	cl.conns--
 	if cl.conns == 0 && cl.out == 0 {
 		delete(d.clients, cl.key)
 	}
+	d.conns.release(c)
 	d.c.closed++
 }

@@ -58,7 +58,7 @@ func (d *dispatcher) readProxy(c *conn, now time.Time) {
 	}
 	c.state = stateFresh
 	if h.Command == proxyproto.Proxy && h.Source.IsValid() {
-		c.peer = h.Source
+		c.peer = packPeer(h.Source)
 		if !d.rekey(c) {
 			return
 		}
@@ -75,14 +75,14 @@ func (d *dispatcher) readProxy(c *conn, now time.Time) {
 // rekey moves c from the balancer's client record to the one of its peer
 // address, under that client's cap. It reports false if it closed c.
 func (d *dispatcher) rekey(c *conn) bool {
-	key := clientKey(c.peer.Addr(), d.cfg.IPv6ClientPrefixLength)
+	key := clientKey(c.peer.addrPort().Addr(), d.cfg.IPv6ClientPrefixLength)
 	old := c.client
 	if old.key == key {
 		return true
 	}
 	cl := d.clients[key]
 	if cl == nil {
-		cl = newClient(key, d.trusted(c.peer.Addr()))
+		cl = newClient(key, d.trusted(c.peer.addrPort().Addr()))
 	}
 	if !cl.trusted && cl.conns >= d.cfg.Limits.MaxConnectionsPerClient {
 		d.c.refused[refusedPerClient]++

@@ -78,7 +78,7 @@ func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
 	case *proto.Frame_Sign:
 		return d.validSign(w, b.Sign)
 	case *proto.Frame_RateCheck:
-		if c := d.conns[b.RateCheck.GetConnId()]; c == nil || c.worker != w {
+		if c := d.conns.get(b.RateCheck.GetConnId()); c == nil || c.worker != w {
 			return fmt.Sprintf("RateCheck for connection %d it does not hold", b.RateCheck.GetConnId())
 		}
 		if d.cfg.RateLimitByName(b.RateCheck.GetClass()) == nil {
@@ -93,7 +93,7 @@ func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
 // behind a trusted proxy, the X-Forwarded-For values the worker relays are
 // walked here.
 func (d *dispatcher) rateCheck(w *workerProc, id uint64, m *proto.RateCheck, now time.Time) bool {
-	c := d.conns[m.GetConnId()]
+	c := d.conns.get(m.GetConnId())
 	rl := d.cfg.RateLimitByName(m.GetClass())
 	key := c.client.key
 	if c.client.trusted && len(m.GetForwardedFor()) > 0 {

@@ -78,8 +78,7 @@ type acceptor struct {
 // and its descriptor), the per-client records, and the explicit admission
 // counts that the caps and the dispatch bounds are checked against.
 type connTable struct {
-	conns   map[uint64]*conn
-	nextID  uint64
+	conns   connSlab
 	clients map[netip.Addr]*client
 
 	// penalties refuses client keys present at too many worker deaths.
@@ -151,7 +150,6 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			nextListener: uint64(len(boot.listeners)),
 		},
 		connTable: connTable{
-			conns:   make(map[uint64]*conn),
 			clients: make(map[netip.Addr]*client),
 			keys:    boot.keys,
 			penalties: newPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,

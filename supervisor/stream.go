@@ -39,13 +39,13 @@ type streamState struct {
 
 // validStreamStart checks a StreamStart before it takes a slot.
 func (d *dispatcher) validStreamStart(w *workerProc, m *proto.StreamStart) string {
-	c := d.conns[m.GetConnId()]
+	c := d.conns.get(m.GetConnId())
 	switch {
 	case c == nil || c.worker != w || c.state != stateAtWorker:
 		return fmt.Sprintf("StreamStart for connection %d it does not hold", m.GetConnId())
 	case c.stream.outside:
 		return "StreamStart twice"
-	case c.body.outside:
+	case c.bodyOutside:
 		return "StreamStart while its body is outside the pool"
 	}
 	return ""
@@ -55,7 +55,7 @@ func (d *dispatcher) validStreamStart(w *workerProc, m *proto.StreamStart) strin
 // refuses when the budget (global or the client's) has no room.
 func (d *dispatcher) streamStart(w *workerProc, id uint64, m *proto.StreamStart, now time.Time) {
 	w.slots.Release()
-	c := d.conns[m.GetConnId()]
+	c := d.conns.get(m.GetConnId())
 	cl, s := c.client, d.cfg.Streams
 	if d.streamsOpen+d.upgradesOpen >= s.Max || !cl.trusted && cl.streams >= s.PerClient {
 		if m.GetUpgrade() {

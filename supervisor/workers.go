@@ -162,7 +162,7 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		dropOut(w)
 		d.releaseUpstreams(w, now)
 		var held []lostConn
-		for _, c := range d.conns {
+		for c := range d.conns.all() {
 			if c.kept == w && c.worker == nil {
 				// Its TLS state died with w.
 				c.kept = nil
@@ -171,7 +171,7 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 			}
 			if c.worker == w {
 				cl := c.client
-				held = append(held, lostConn{client: cl.key, trusted: cl.trusted, listener: c.listener})
+				held = append(held, lostConn{client: cl.key, trusted: cl.trusted, listener: uint64(c.listener)})
 				d.closeConn(c)
 				d.pump(cl, now)
 			}
@@ -260,7 +260,7 @@ func (d *dispatcher) drainWorker(w *workerProc) {
 
 // keepsConns reports whether some connection's TLS state is kept by w.
 func (d *dispatcher) keepsConns(w *workerProc) bool {
-	for _, c := range d.conns {
+	for c := range d.conns.all() {
 		if c.kept == w {
 			return true
 		}
