@@ -266,6 +266,10 @@ type keptSet struct {
 	mu           sync.Mutex
 	byID         map[uint64]*keptConn
 	oldest, last *keptConn
+	// evicted are the connections closed over the cap that the supervisor
+	// has not closed yet: it may dispatch one whose next record waited for
+	// a slot before it saw the close.
+	evicted map[uint64]struct{}
 }
 
 func (s *keptSet) unlink(k *keptConn) {
@@ -304,6 +308,10 @@ func (w *Worker) keep(id uint64, k *keptConn) {
 	if len(w.kept.byID) > w.cfg.Workers.TLSMaxIdleSessions {
 		evict = w.kept.oldest
 		w.kept.unlink(evict)
+		if w.kept.evicted == nil {
+			w.kept.evicted = make(map[uint64]struct{})
+		}
+		w.kept.evicted[evict.id] = struct{}{}
 	}
 	w.kept.mu.Unlock()
 	if evict != nil {
@@ -332,8 +340,35 @@ func (w *Worker) unkeep(id uint64) *keptConn {
 func (w *Worker) forget(id uint64) {
 	if k := w.unkeep(id); k != nil {
 		k.nc.Close()
+	} else {
+		w.wasEvicted(id)
 	}
 	w.exitIfDrained()
+}
+
+// wasEvicted reports whether id was closed over the cap and not yet
+// dispatched or forgotten, and forgets it.
+func (w *Worker) wasEvicted(id uint64) bool {
+	w.kept.mu.Lock()
+	defer w.kept.mu.Unlock()
+	_, ok := w.kept.evicted[id]
+	delete(w.kept.evicted, id)
+	return ok
+}
+
+// returnEvicted answers the Dispatch of a connection closed over the cap:
+// Done with close, and the supervisor closes its copy.
+func (w *Worker) returnEvicted(d *proto.Dispatch) {
+	defer func() {
+		w.serving.Add(-1)
+		w.exitIfDrained()
+	}()
+	done := &proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
+		ConnId: d.GetConnId(), Disposition: proto.Disposition_CLOSE, Outcome: proto.Outcome_OK, Requests: d.GetRequests(),
+	}}}
+	if err := w.ch.Send(done, -1); err != nil {
+		w.log.Error("returning connection", "conn", d.GetConnId(), "error", err)
+	}
 }
 
 // keptCount is how many TLS connections the worker keeps.

@@ -199,7 +199,11 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			case !b.Dispatch.GetHasFd():
 				closeFD(fd)
 				if k = w.unkeep(b.Dispatch.GetConnId()); k == nil {
-					return fmt.Errorf("Dispatch without a descriptor of connection %d, which is not kept", b.Dispatch.GetConnId())
+					if !w.wasEvicted(b.Dispatch.GetConnId()) {
+						return fmt.Errorf("Dispatch without a descriptor of connection %d, which is not kept", b.Dispatch.GetConnId())
+					}
+					go w.returnEvicted(b.Dispatch)
+					continue
 				}
 			case fd < 0:
 				return errors.New("Dispatch without a descriptor")

@@ -494,3 +494,68 @@ route "/stuck" {
 		t.Errorf("%d signatures for the handshake after", got)
 	}
 }
+
+// A kept connection whose next request waits for its client's share while
+// its worker closes it over tls_max_idle_sessions is then dispatched to
+// that worker, which no longer keeps it: the worker hands it back closed,
+// and lives. Placement: with ties, the dispatcher picks the first worker.
+func TestTLSIdleCapEvictsWaitingConnection(t *testing.T) {
+	s := startTLSWith(t, "  tls_max_idle_sessions = 1\n", "")
+	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
+	})
+	hold := func(c io.Writer, what string, atWorkers int) {
+		t.Helper()
+		fmt.Fprint(c, holdRequest)
+		s.waitFor(what, 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == atWorkers })
+	}
+	// A: kept by worker 0.
+	a := dialKeepAlive(t, s, "127.0.0.2", "default.test")
+	if err := a.get(); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("A parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
+	})
+	x := dialFrom(t, "127.0.0.5", s.addr)
+	defer x.Close()
+	hold(x, "X held at worker 0", 1)
+	y := dialFrom(t, "127.0.0.6", s.addr)
+	defer y.Close()
+	hold(y, "Y held at worker 1", 2)
+	// B, A's client: at worker 0, over TLS. H fills the client's share.
+	b := dialKeepAlive(t, s, "127.0.0.2", "default.test")
+	hold(b, "B held at worker 0", 3)
+	h := dialFrom(t, "127.0.0.2", s.addr)
+	defer h.Close()
+	hold(h, "H held at worker 1", 4)
+	if snap := s.snapshot(); snap.Workers[0].Active != 2 || snap.Workers[1].Active != 2 {
+		t.Fatalf("placement: %+v", snap.Workers)
+	}
+	// A's next request waits for its client's share.
+	fmt.Fprint(a, "GET /ok HTTP/1.1\r\nHost: default.test\r\n\r\n")
+	s.waitFor("A waiting for its share", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["share_waits"] == 1 })
+	// B's round ends: worker 0 keeps B, closes A over the cap, and A is
+	// dispatched to it as B's slot frees.
+	b.Write([]byte("x"))
+	if resp, body, err := readResponse(b.br, "POST"); err != nil || resp.StatusCode != 200 || body != "held\n" {
+		t.Fatalf("B: %v %v %q", resp, err, body)
+	}
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := a.Read(make([]byte, 1)); err == nil {
+		t.Errorf("A, closed over the cap, read %d bytes", n)
+	}
+	if err := b.get(); err != nil {
+		t.Errorf("B after: %v", err)
+	}
+	for _, c := range []net.Conn{x, y, h} {
+		c.Write([]byte("x"))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if resp, _, err := readResponse(bufio.NewReader(c), "POST"); err != nil || resp.StatusCode != 200 {
+			t.Errorf("a held request: %v %v", resp, err)
+		}
+	}
+	if snap := s.snapshot(); snap.Counters["worker_deaths"] != 0 || snap.Counters["worker_kills"] != 0 {
+		t.Errorf("deaths %d, kills %d", snap.Counters["worker_deaths"], snap.Counters["worker_kills"])
+	}
+}
