@@ -49,6 +49,7 @@ route "/" {
 // allocHarness is a running worker with one client connection.
 type allocHarness struct {
 	t      *testing.T
+	w      *Worker
 	super  int // the supervisor's end of the channel (blocking)
 	client int // the client's end of the connection (blocking)
 	server int // the server's end, as the supervisor keeps it (non-blocking)
@@ -79,7 +80,7 @@ func startAllocWorker(t *testing.T, hot time.Duration) *allocHarness {
 	w.ch, w.calls.ch = ws, ws
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.run(nil) }()
-	h := &allocHarness{t: t, super: fds[1], rbuf: make([]byte, ipc.MaxFrameSize+1), oob: make([]byte, unix.CmsgSpace(8*4))}
+	h := &allocHarness{t: t, w: w, super: fds[1], rbuf: make([]byte, ipc.MaxFrameSize+1), oob: make([]byte, unix.CmsgSpace(8*4))}
 	t.Cleanup(func() {
 		unix.Close(h.super)
 		select {

@@ -47,13 +47,51 @@ func (w *Worker) start(j job) {
 	go w.server(j)
 }
 
-// server serves j, then every job it is handed until the frame loop ends.
+// serverIdle is how long a server goroutine waits for its next job before
+// it ends, dropping its stack and what its serverState holds: after a burst
+// the worker keeps only the goroutines its steady load keeps busy, and what
+// the others held goes back to the system with the next trim
+// (internal/memtrim waits for two quiet seconds).
+const serverIdle = time.Second
+
+// server serves j, then every job it is handed until the frame loop ends or
+// none comes for serverIdle.
 func (w *Worker) server(j job) {
 	var st serverState
-	for ok := true; ok; j, ok = <-w.srv.jobs {
+	idle := time.NewTimer(serverIdle)
+	defer idle.Stop()
+	for {
 		w.serve(&st, j)
 		w.recycle(j.f)
 		w.srv.idle.Add(1)
+		idle.Reset(serverIdle)
+		ok := true
+		select {
+		case j, ok = <-w.srv.jobs:
+		case <-idle.C:
+			if w.srv.leave() {
+				return
+			}
+			j, ok = <-w.srv.jobs
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// leave takes an idle server goroutine off the count, unless every idle one
+// is reserved for a job already on its way; it reports whether the caller
+// may end.
+func (s *servers) leave() bool {
+	for {
+		n := s.idle.Load()
+		if n <= 0 {
+			return false
+		}
+		if s.idle.CompareAndSwap(n, n-1) {
+			return true
+		}
 	}
 }
 

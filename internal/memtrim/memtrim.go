@@ -27,19 +27,21 @@ type Policy struct {
 	// Burst is how many bytes must have been allocated since the last
 	// trim (or the process's start) for a trim to be worth its collections.
 	Burst uint64
-	// Quiet is the most a process may allocate during one Interval and
-	// still count as quiet.
+	// Quiet is the most a process may allocate during the last two
+	// Intervals and still count as quiet: two, so that what ends a second
+	// after its last use (a worker's idle server goroutines) has ended.
 	Quiet uint64
 }
 
 // Default is the policy gatehouse's processes run with: a trim at most once
-// per burst of 2 MiB, a second after the allocation rate fell under 64 KiB/s.
+// per burst of 2 MiB, two seconds after the process allocated less than
+// 64 KiB in two seconds.
 var Default = Policy{Interval: time.Second, Burst: 2 << 20, Quiet: 64 << 10}
 
 // due reports whether a trim pays, given the bytes allocated since the last
-// trim and during the last interval.
-func (p Policy) due(sinceTrim, lastInterval uint64) bool {
-	return sinceTrim >= p.Burst && lastInterval < p.Quiet
+// trim and during the last two intervals.
+func (p Policy) due(sinceTrim, lastIntervals uint64) bool {
+	return sinceTrim >= p.Burst && lastIntervals < p.Quiet
 }
 
 // Run samples allocation every p.Interval and trims when p says it pays,
@@ -56,6 +58,7 @@ func Run(ctx context.Context, p Policy, trimmed func()) {
 	// burst: start-up garbage is given back too.
 	var base uint64
 	last := read()
+	prev := last
 	for {
 		select {
 		case <-ctx.Done():
@@ -63,7 +66,7 @@ func Run(ctx context.Context, p Policy, trimmed func()) {
 		case <-t.C:
 		}
 		now := read()
-		if p.due(now-base, now-last) {
+		if p.due(now-base, now-prev) {
 			Trim()
 			// The trim's own collections allocate nothing that counts.
 			now = read()
@@ -72,7 +75,7 @@ func Run(ctx context.Context, p Policy, trimmed func()) {
 				trimmed()
 			}
 		}
-		last = now
+		prev, last = last, now
 	}
 }
 

@@ -48,7 +48,7 @@ func TestRunTrimsAfterBurst(t *testing.T) {
 	trims := make(chan uint64, 8)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go Run(ctx, Policy{Interval: 10 * time.Millisecond, Burst: 2 << 20, Quiet: 1 << 20}, func() { trims <- held() })
+	go Run(ctx, Policy{Interval: 10 * time.Millisecond, Burst: 2 << 20, Quiet: 2 << 20}, func() { trims <- held() })
 	var after uint64
 	select {
 	case after = <-trims:
