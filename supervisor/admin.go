@@ -412,7 +412,14 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 		if err := a.opts.Reload(rctx); err != nil {
 			return adminapi.Reply{Error: "reload failed, the running configuration stays: " + err.Error()}
 		}
-		return adminapi.Reply{Message: "configuration reloaded"}
+		msg := "configuration reloaded"
+		if errs := a.s.certificateErrors(); len(errs) > 0 {
+			msg += fmt.Sprintf("; %d TLS certificate(s) failed to load (gatehousectl status lists them):", len(errs))
+			for _, e := range errs {
+				msg += " " + e.Error + ";"
+			}
+		}
+		return adminapi.Reply{Message: msg}
 	case adminapi.CmdDrain:
 		if !noArgs() {
 			return argErr("drain")

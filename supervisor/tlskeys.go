@@ -155,6 +155,14 @@ func (k *keyring) certificates() []CertificateInfo {
 	return k.info
 }
 
+// certificateErrors returns the certificates the last reload could not
+// load.
+func (s *Supervisor) certificateErrors() []CertificateError {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	return s.keys.failures()
+}
+
 // failures returns the certificates the last reload could not load.
 func (k *keyring) failures() []CertificateError {
 	if k == nil {

@@ -356,6 +356,10 @@ listener "https" {
 	if !strings.Contains(s.p.log(), "certificate not loaded; the running one is kept") {
 		t.Errorf("the failure is not logged")
 	}
+	// gatehousectl reload says so too.
+	if r := ctl(t, nil, ctlBin(t), "-socket", s.sock, "reload"); r.code != 0 || !strings.Contains(r.stdout+r.stderr, pemPath+":1:") {
+		t.Errorf("gatehousectl reload with a damaged file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if err := a.get(); err != nil {
 		t.Errorf("the connection opened before the reloads: %v", err)
 	}
@@ -500,43 +504,57 @@ route "/stuck" {
 // that worker, which no longer keeps it: the worker hands it back closed,
 // and lives. Placement: with ties, the dispatcher picks the first worker.
 func TestTLSIdleCapEvictsWaitingConnection(t *testing.T) {
-	s := startTLSWith(t, "  tls_max_idle_sessions = 1\n", "")
+	s := startTLSWith(t, "  tls_max_idle_sessions = 2\n", "")
 	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
 		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
 	})
-	hold := func(c io.Writer, what string, atWorkers int) {
+	parked := func(what string, atWorkers, idle int) {
+		t.Helper()
+		s.waitFor(what, 10*time.Second, func(snap supervisor.Snapshot) bool {
+			return snap.AtWorkers == atWorkers && snap.Conns["idle"] == idle
+		})
+	}
+	hold := func(c io.Writer, what string, atWorkers, idle int) {
 		t.Helper()
 		fmt.Fprint(c, holdRequest)
-		s.waitFor(what, 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == atWorkers })
+		parked(what, atWorkers, idle)
 	}
-	// A: kept by worker 0.
+	// A, then B, both of client .2: kept by worker 0, A the oldest.
 	a := dialKeepAlive(t, s, "127.0.0.2", "default.test")
 	if err := a.get(); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor("A parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
-		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
-	})
+	parked("A parked", 0, 1)
+	b := dialKeepAlive(t, s, "127.0.0.2", "default.test")
+	if err := b.get(); err != nil {
+		t.Fatal(err)
+	}
+	parked("B parked", 0, 2)
 	x := dialFrom(t, "127.0.0.5", s.addr)
 	defer x.Close()
-	hold(x, "X held at worker 0", 1)
+	hold(x, "X held at worker 0", 1, 2)
 	y := dialFrom(t, "127.0.0.6", s.addr)
 	defer y.Close()
-	hold(y, "Y held at worker 1", 2)
-	// B, A's client: at worker 0, over TLS. H fills the client's share.
-	b := dialKeepAlive(t, s, "127.0.0.2", "default.test")
-	hold(b, "B held at worker 0", 3)
+	hold(y, "Y held at worker 1", 2, 2)
+	hold(b, "B held at worker 0", 3, 1)
+	// H fills client .2's share.
 	h := dialFrom(t, "127.0.0.2", s.addr)
 	defer h.Close()
-	hold(h, "H held at worker 1", 4)
+	hold(h, "H held at worker 1", 4, 1)
+	// C, another client, kept by worker 0 too: with A, at the cap.
+	c := dialKeepAlive(t, s, "127.0.0.7", "default.test")
+	if err := c.get(); err != nil {
+		t.Fatal(err)
+	}
+	parked("C parked", 4, 2)
 	if snap := s.snapshot(); snap.Workers[0].Active != 2 || snap.Workers[1].Active != 2 {
 		t.Fatalf("placement: %+v", snap.Workers)
 	}
 	// A's next request waits for its client's share.
 	fmt.Fprint(a, "GET /ok HTTP/1.1\r\nHost: default.test\r\n\r\n")
 	s.waitFor("A waiting for its share", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["share_waits"] == 1 })
-	// B's round ends: worker 0 keeps B, closes A over the cap, and A is
-	// dispatched to it as B's slot frees.
+	// B's round ends: worker 0 keeps B, closes A, the oldest, over the
+	// cap, and A is dispatched to it as B's slot frees.
 	b.Write([]byte("x"))
 	if resp, body, err := readResponse(b.br, "POST"); err != nil || resp.StatusCode != 200 || body != "held\n" {
 		t.Fatalf("B: %v %v %q", resp, err, body)
@@ -545,8 +563,10 @@ func TestTLSIdleCapEvictsWaitingConnection(t *testing.T) {
 	if n, err := a.Read(make([]byte, 1)); err == nil {
 		t.Errorf("A, closed over the cap, read %d bytes", n)
 	}
-	if err := b.get(); err != nil {
-		t.Errorf("B after: %v", err)
+	for i, k := range []*tlsKeepAlive{b, c} {
+		if err := k.get(); err != nil {
+			t.Errorf("kept connection %d after: %v", i, err)
+		}
 	}
 	for _, c := range []net.Conn{x, y, h} {
 		c.Write([]byte("x"))
