@@ -262,6 +262,11 @@ func readPEM(path string) ([]pemBlock, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePEM(path, data)
+}
+
+// parsePEM is readPEM of data read from path.
+func parsePEM(path string, data []byte) ([]pemBlock, error) {
 	var blocks []pemBlock
 	begin := []byte("-----BEGIN ")
 	for rest := data; ; {

@@ -127,3 +127,28 @@ func TestReadPEMLines(t *testing.T) {
 		t.Errorf("a good file: %v %v", err, blocks)
 	}
 }
+
+// parsePEM never panics, reports a line within the file, and returns blocks
+// in order with increasing lines.
+func FuzzParsePEM(f *testing.F) {
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
+	f.Add([]byte("junk\n-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----\n-----BEGIN X-----\nAAAA\n-----END X-----\n"))
+	f.Add([]byte("-----BEGIN PRIVATE KEY-----\nAAAA\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		blocks, err := parsePEM("f.pem", data)
+		lines := 1 + strings.Count(string(data), "\n")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.pem:") || len(blocks) != 0 {
+				t.Fatalf("error %v with %d blocks", err, len(blocks))
+			}
+			return
+		}
+		last := 0
+		for _, b := range blocks {
+			if b.line < last || b.line > lines {
+				t.Fatalf("block at line %d after %d, of %d lines", b.line, last, lines)
+			}
+			last = b.line
+		}
+	})
+}
