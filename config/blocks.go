@@ -44,7 +44,7 @@ var (
 		Blocks:     listenerBlocks,
 	}
 	workersSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}, {Name: "tls_max_idle_sessions"}},
+		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}, {Name: "tls_max_idle_sessions"}, {Name: "max_kept_connections"}},
 	}
 	limitsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -353,7 +353,18 @@ func (d *decoder) workers(b *hcl.Block, w *Workers) {
 	intAttr(d, attrs, "max_rounds_per_worker", "workers.max_rounds_per_worker", 0, 1<<40, &w.MaxRoundsPerWorker)
 	durationAttr(d, attrs, "hot_window", "workers.hot_window", 0, 10*time.Second, &w.HotWindow)
 	intAttr(d, attrs, "tls_max_idle_sessions", "workers.tls_max_idle_sessions", 1, 3072, &w.TLSMaxIdleSessions)
+	intAttr(d, attrs, "max_kept_connections", "workers.max_kept_connections", 0, 1024, &w.MaxKeptConnections)
+	// Every kept connection and every one in flight holds a descriptor,
+	// under the worker's RLIMIT_NOFILE (4096), with room for the channel,
+	// the access log and upstream connections.
+	if n := w.TLSMaxIdleSessions + w.MaxKeptConnections + w.Concurrency; n > workerDescriptors {
+		d.errorf(b.DefRange, "Invalid value", "workers.tls_max_idle_sessions + workers.max_kept_connections + workers.concurrency is %d, over the %d descriptors a worker may use for them.", n, workerDescriptors)
+	}
 }
+
+// workerDescriptors is how many of a worker's 4096 descriptors its client
+// connections (kept and in flight) may use.
+const workerDescriptors = 4096 - 64
 
 func (d *decoder) limits(b *hcl.Block, l *Limits) {
 	attrs := d.attrs(b, limitsSchema)

@@ -127,6 +127,12 @@ type Workers struct {
 	// (1..3072, default 2048: each holds a descriptor, under the worker's
 	// limit of 4096).
 	TLSMaxIdleSessions int
+	// MaxKeptConnections caps the idle plain kept-alive connections whose
+	// descriptor a worker keeps between rounds, so that their next request
+	// comes back to it without one (affinity; 0..1024, default 0: off, as
+	// it measured no faster). A worker at the cap closes its copy instead:
+	// the supervisor's serves on.
+	MaxKeptConnections int
 }
 
 // Pool is the number of connections that may be out at workers at once.

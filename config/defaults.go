@@ -12,6 +12,7 @@ const (
 	// DefaultTLSMaxIdleSessions leaves room under the worker's descriptor
 	// limit (4096) for its connections in flight and upstream connections.
 	DefaultTLSMaxIdleSessions      = 2048
+	DefaultMaxKeptConnections      = 0
 	DefaultFirstByteTimeout        = 5 * time.Second
 	DefaultKeepAliveIdleTimeout    = 15 * time.Second
 	DefaultKeepAliveMaxConnections = 10000
@@ -71,6 +72,7 @@ func defaults() Config {
 			HotWindow:   2 * time.Millisecond,
 
 			TLSMaxIdleSessions: DefaultTLSMaxIdleSessions,
+			MaxKeptConnections: DefaultMaxKeptConnections,
 		},
 		Limits: Limits{
 			FirstByteTimeout:               DefaultFirstByteTimeout,

@@ -154,6 +154,8 @@ func TestRanges(t *testing.T) {
 			func(c *Config) any { return c.Workers.HotWindow }},
 		"workers.tls_max_idle_sessions": {"workers {\n  tls_max_idle_sessions = %s\n}\n" + minimal, int64(1), int64(3072),
 			func(c *Config) any { return int64(c.Workers.TLSMaxIdleSessions) }},
+		"workers.max_kept_connections": {"workers {\n  max_kept_connections = %s\n}\n" + minimal, int64(0), int64(1024),
+			func(c *Config) any { return int64(c.Workers.MaxKeptConnections) }},
 		"access_log_buffer": {"log {\n  access_log_buffer = %s\n}\n" + minimal, int64(0), int64(1 << 20),
 			func(c *Config) any { return int64(c.Log.AccessLogBuffer) }},
 		"access_log_flush": {"log {\n  access_log_flush = %s\n}\n" + minimal, 10 * time.Millisecond, time.Minute,
@@ -688,5 +690,19 @@ func TestSourceIsCopied(t *testing.T) {
 	src[1] = 'X'
 	if string(cfg.Source) != minimal {
 		t.Errorf("Source changed with the caller's slice: %q", cfg.Source)
+	}
+}
+
+// The kept connections of both kinds and those in flight must fit a
+// worker's descriptors.
+func TestWorkerDescriptorBudget(t *testing.T) {
+	src := "workers {\n  concurrency = 8\n  tls_max_idle_sessions = 3072\n  max_kept_connections = 1024\n}\n" + minimal
+	_, err := Parse([]byte(src), "file.hcl", ParseOptions{SkipFSChecks: true})
+	if err == nil || !strings.Contains(err.Error(), "over the 4032 descriptors") {
+		t.Fatalf("got %v, want the descriptor budget error", err)
+	}
+	src = "workers {\n  concurrency = 8\n  tls_max_idle_sessions = 2048\n  max_kept_connections = 1024\n}\n" + minimal
+	if _, err := Parse([]byte(src), "file.hcl", ParseOptions{SkipFSChecks: true}); err != nil {
+		t.Fatal(err)
 	}
 }

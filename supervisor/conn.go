@@ -49,8 +49,9 @@ type conn struct {
 	client   *client
 	accepted time.Time
 	carried  []byte // input read by a worker and not yet consumed
-	// kept is the worker holding the connection's TLS state and a copy
-	// of its descriptor between rounds (affinity), or nil.
+	// kept is the worker holding a copy of the descriptor (and a TLS
+	// connection's state) while the connection is not at a worker
+	// (affinity), or nil.
 	kept   *workerProc
 	worker *workerProc
 

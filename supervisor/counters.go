@@ -50,6 +50,8 @@ type counters struct {
 	tlsSigns         uint64
 	tlsSignErrors    uint64
 	tlsAffinity      uint64
+	affinity         uint64    // plain connections dispatched without a descriptor
+	affinityMoves    uint64    // kept connections moved to another worker
 	outcomes         [6]uint64 // by proto.Outcome
 	handbacks        [6]uint64 // by proto.Handback
 	hotRequests      uint64
@@ -197,10 +199,13 @@ type ClientInfo struct {
 
 // WorkerInfo is one worker slot's state.
 type WorkerInfo struct {
-	Slot     int
-	PID      int
-	State    string
-	Active   int
+	Slot   int
+	PID    int
+	State  string
+	Active int
+	// Kept is how many parked connections' descriptors it keeps
+	// (affinity).
+	Kept     int
 	Served   uint64
 	Restarts int
 	Backoff  time.Duration
@@ -249,6 +254,8 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"tls_signs":          d.c.tlsSigns,
 			"tls_sign_errors":    d.c.tlsSignErrors,
 			"tls_affinity":       d.c.tlsAffinity,
+			"affinity":           d.c.affinity,
+			"affinity_moves":     d.c.affinityMoves,
 			// Counted by the relay goroutines, not the loop.
 			"worker_log_lines_dropped": d.s.logDropped.Load(),
 			// A gauge, not a counter: the rate limiter's buckets now.
@@ -299,7 +306,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.Counters["client_penalties"] = d.penalties.penalties
 	for _, w := range d.workers {
-		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Exiting: w.state == workerDead && !w.exited}
+		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {
 			mark := "+"
 			if !l.GetApplied() {

@@ -234,9 +234,19 @@ func TestDoneValidation(t *testing.T) {
 		{name: "close", bad: func(id uint64) *proto.Done { return done(id, 1, proto.Disposition_CLOSE) }},
 		{name: "linger", bad: func(id uint64) *proto.Done { return done(id, 1, proto.Disposition_LINGER) }, state: "linger"},
 		{name: "connection not held", kill: true, bad: func(id uint64) *proto.Done { return done(id+100, 1, proto.Disposition_CLOSE) }},
-		{name: "kept descriptor", kill: true, bad: func(id uint64) *proto.Done {
+		{name: "kept without affinity", kill: true, bad: func(id uint64) *proto.Done {
 			d := done(id, 1, proto.Disposition_KEEP_ALIVE)
 			d.Kept = true
+			return d
+		}},
+		{name: "kept and closed", kill: true, bad: func(id uint64) *proto.Done {
+			d := done(id, 1, proto.Disposition_CLOSE)
+			d.Kept = true
+			return d
+		}},
+		{name: "pending plain input", kill: true, bad: func(id uint64) *proto.Done {
+			d := done(id, 1, proto.Disposition_KEEP_ALIVE)
+			d.Kept, d.Pending = true, true
 			return d
 		}},
 		{name: "carried over the cap", kill: true, bad: func(id uint64) *proto.Done {

@@ -28,12 +28,7 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 	}
 	w := d.pickWorker()
 	if c.kept != nil {
-		// A draining worker is retired (at shutdown nothing is
-		// dispatched): it still serves the connections it keeps.
-		w = c.kept
-		if d.stopping || d.out >= d.pool || (w.state != workerReady && w.state != workerDraining) || w.active >= w.spec.cfg.Workers.Concurrency {
-			w = nil
-		}
+		w = d.affine(c, w, now)
 	}
 	if w == nil {
 		d.enqueue(c, &d.waiting, now)
@@ -110,7 +105,7 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	}
 	fd := c.fd
 	if c.kept != nil {
-		d.c.tlsAffinity++
+		d.takeKept(c)
 		fd = -1
 	}
 	d.sendEncoded(w, b, fd, false)
@@ -132,15 +127,13 @@ func (d *dispatcher) release(c *conn) {
 // now fits its share (it joins the pool's queue if no slot is left).
 func (d *dispatcher) pump(cl *client, now time.Time) {
 	d.pumpBodies()
-	// Bounded by the queue's length: a kept connection whose worker is
-	// full goes back to the queue's end.
-	for n := d.waiting.n; n > 0 && d.waiting.head != nil; n-- {
-		// A kept connection may go to its retired worker even when no
-		// ready worker has room.
-		if d.pickWorker() == nil && d.waiting.head.kept == nil {
+	// Each turn takes a connection out of the queue, so this ends.
+	for d.waiting.head != nil {
+		c := d.nextWaiting(now)
+		if c == nil {
 			break
 		}
-		c := d.waiting.pop()
+		d.waiting.remove(c)
 		d.tryDispatch(c, now)
 	}
 	if cl != nil && cl.waiting.head != nil && (cl.trusted || cl.out < d.share) {
@@ -158,11 +151,14 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	case c == nil || c.state != stateAtWorker || c.worker != w:
 		d.killWorker(w, fmt.Sprintf("Done for connection %d it does not hold", m.GetConnId()))
 		return false
-	case m.GetKept() && (!c.tls || m.GetDisposition() != proto.Disposition_KEEP_ALIVE || len(m.GetCarried()) > 0):
-		d.killWorker(w, "Done keeps a connection that is not a kept-alive TLS connection, or carries its plaintext")
+	case m.GetKept() && (m.GetDisposition() != proto.Disposition_KEEP_ALIVE || c.tls && len(m.GetCarried()) > 0):
+		d.killWorker(w, "Done keeps a connection that is not kept alive, or carries a TLS connection's plaintext")
 		return false
-	case m.GetPending() && !m.GetKept():
-		d.killWorker(w, "Done reports input pending in a connection it does not keep")
+	case m.GetKept() && !c.tls && w.kept >= w.spec.cfg.Workers.MaxKeptConnections:
+		d.killWorker(w, "Done keeps more connections than workers.max_kept_connections")
+		return false
+	case m.GetPending() && (!m.GetKept() || !c.tls):
+		d.killWorker(w, "Done reports input pending in a TLS connection it does not keep")
 		return false
 	case len(m.GetCarried()) > ipc.MaxCarried:
 		d.killWorker(w, "Done carries more than the carried-bytes cap")
@@ -216,12 +212,11 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 	}
 	d.release(c)
 	if m.GetKept() {
-		// The TLS state stays in w: its next record goes there, without
-		// a descriptor (affinity, docs/DESIGN.md §9).
-		c.kept = w
-	} else {
-		// The worker closed its copy before Done.
-		c.kept = nil
+		// w keeps its copy (and a TLS connection's state): the next
+		// request goes there without a descriptor (affinity,
+		// docs/DESIGN.md §2.7). Otherwise the worker closed its copy
+		// before Done.
+		d.keptBy(c, w)
 	}
 	d.pump(c.client, now)
 	switch m.GetDisposition() {

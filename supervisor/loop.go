@@ -128,6 +128,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	consider(d.acceptPause)
 	consider(d.dialDeadline())
 	consider(d.ticketDeadline())
+	consider(d.keeperDeadline())
 	for _, w := range d.workers {
 		if w.state == workerDead && w.exited {
 			consider(w.retryAt)
@@ -214,6 +215,10 @@ func (d *dispatcher) expire(now time.Time) {
 	}
 	for c := d.lingerTimers.head; c != nil && !now.Before(c.deadline); c = d.lingerTimers.head {
 		d.closeConn(c)
+	}
+	if t := d.keeperDeadline(); !t.IsZero() && !now.Before(t) {
+		// A connection waited its keeperWait while a worker is free.
+		d.pump(nil, now)
 	}
 }
 

@@ -72,6 +72,8 @@ var counterMetrics = map[string]struct {
 	"tls_signs":       {"tls_signatures_total", "TLS handshake signatures made by the supervisor for workers.", "", ""},
 	"tls_sign_errors": {"tls_signature_errors_total", "TLS handshake signatures that failed.", "", ""},
 	"tls_affinity":    {"tls_affinity_dispatches_total", "Kept-alive TLS connections dispatched to the worker holding their TLS state, without a descriptor.", "", ""},
+	"affinity":        {"affinity_dispatches_total", "Kept-alive plain connections dispatched to the worker keeping their descriptor, without one.", "", ""},
+	"affinity_moves":  {"affinity_moves_total", "Kept-alive plain connections dispatched with a descriptor to another worker, their keeper being busy, draining or gone.", "", ""},
 	// worker_deaths is exported by reason and signal from Deaths, below.
 	"worker_deaths": {},
 }

@@ -222,17 +222,3 @@ func (d *dispatcher) ticketDeadline() time.Time {
 	}
 	return d.tickets.rotated.Add(ticketRotation)
 }
-
-// forget tells the worker that kept c's TLS state to drop it and close its
-// copy of the descriptor (already shut down by closeConn, or about to be
-// handed over afresh).
-func (d *dispatcher) forget(c *conn) {
-	w := c.kept
-	if w == nil {
-		return
-	}
-	c.kept = nil
-	if w.ch != nil && w.state != workerDead {
-		d.send(w, &proto.Frame{Body: &proto.Frame_Forget{Forget: &proto.Forget{ConnId: c.id}}}, -1)
-	}
-}

@@ -69,6 +69,7 @@ type workerProc struct {
 	wantOut bool
 
 	active   int    // connections out at this worker
+	kept     int    // parked connections whose copy it keeps (conn.kept)
 	served   uint64 // requests answered, over every process of the slot
 	rounds   uint64 // rounds of the current process
 	restarts int

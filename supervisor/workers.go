@@ -162,11 +162,15 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		dropOut(w)
 		d.releaseUpstreams(w, now)
 		var held []lostConn
+		w.kept = 0
 		for c := range d.conns.all() {
-			if c.kept == w && c.worker == nil {
-				// Its TLS state died with w.
+			if c.kept == w {
+				// Its copy died with w; the supervisor's serves on,
+				// unless w held its TLS state.
 				c.kept = nil
-				d.closeConn(c)
+				if c.tls {
+					d.closeConn(c)
+				}
 				continue
 			}
 			if c.worker == w {
@@ -258,10 +262,11 @@ func (d *dispatcher) drainWorker(w *workerProc) {
 	d.send(w, &proto.Frame{Body: &proto.Frame_Drain{Drain: &proto.Drain{Retire: true}}}, -1)
 }
 
-// keepsConns reports whether some connection's TLS state is kept by w.
+// keepsConns reports whether some connection's TLS state is kept by w
+// (plain connections move to other workers).
 func (d *dispatcher) keepsConns(w *workerProc) bool {
 	for c := range d.conns.all() {
-		if c.kept == w {
+		if c.kept == w && c.tls {
 			return true
 		}
 	}

@@ -70,10 +70,14 @@ func (w *Worker) serve(st *serverState, j job) {
 	var nc *os.File
 	var tc *tls.Conn
 	switch {
-	case k != nil:
+	case k != nil && k.tc != nil:
 		// Kept for affinity: the TLS state and the plaintext held.
 		nc, tc, fd = k.nc, k.tc, k.fd
 		d.Carried = k.plain
+	case k != nil:
+		// A plain connection's kept copy goes under the poller again.
+		fd = k.fd
+		nc = os.NewFile(uintptr(fd), "conn")
 	case d.GetTls():
 		nc = os.NewFile(uintptr(fd), "conn")
 		var err error
@@ -109,8 +113,13 @@ func (w *Worker) serve(st *serverState, j job) {
 			// The TLS state stays here; the plaintext read ahead (part
 			// of a head, or requests past the rounds bound) with it.
 			pending = headend.Decided(carried)
-			w.keep(d.GetConnId(), &keptConn{nc: nc, tc: tc, fd: fd, plain: carried})
-			kept, carried = true, nil
+			kept = w.keep(d.GetConnId(), &keptConn{nc: nc, tc: tc, fd: fd, plain: carried})
+			carried = nil
+		case tc == nil && disp == proto.Disposition_KEEP_ALIVE && !outside && !w.draining.Load():
+			// A plain connection's copy stays too (a draining worker
+			// keeps none: it is about to exit); its carried input goes
+			// back to the supervisor as always.
+			kept = w.keepPlain(d.GetConnId(), fd)
 		case tc != nil:
 			// close_notify, bounded like any write.
 			nc.SetWriteDeadline(time.Now().Add(w.cfg.Limits.WriteTimeout))
@@ -120,9 +129,10 @@ func (w *Worker) serve(st *serverState, j job) {
 			unix.Shutdown(fd, unix.SHUT_WR)
 		}
 	}
-	if !kept {
+	if !kept || tc == nil {
 		// Our copy is closed before Done: the supervisor then owns the
-		// connection alone.
+		// connection alone (a plain one kept here is a duplicate outside
+		// the poller).
 		nc.Close()
 	}
 	done, m := st.doneFrame()

@@ -40,7 +40,7 @@ type Worker struct {
 	cfg    *config.Config           // set once by Hello
 	router *router                  // set once by Hello
 	tls    map[string]*tls.Config   // by listener name; set once by Hello
-	kept   keptSet                  // TLS connections kept for affinity
+	kept   keptSet                  // connections kept for affinity
 	pools  map[string]*upstreamPool // by upstream name; set once by Hello
 	id     uint32
 	conc   int

@@ -28,6 +28,9 @@ func (h *harness) expectDeaths(n int) { h.deaths = n }
 // counted, then compares the counter with the expectation.
 func (h *harness) checkDeaths() {
 	tb := h.t
+	if h.stopped {
+		return
+	}
 	deadline := time.Now().Add(deathSettle)
 	settled := 0
 	for {

@@ -31,6 +31,9 @@ type harness struct {
 	config string
 	// deaths is how many workers the test kills on purpose (expectDeaths).
 	deaths int
+	// stopped: the test stopped the supervisor itself (shutdown), whose
+	// counters can no longer be read at the end.
+	stopped bool
 }
 
 // baseConfig is prepended to every test's configuration: one listener on an

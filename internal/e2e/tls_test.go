@@ -344,7 +344,10 @@ func TestTLSResumptionAcrossWorkers(t *testing.T) {
 		if !strings.Contains(out, "New,") || !strings.Contains(out, "HTTP/1.1 200") {
 			t.Fatalf("%s first connection:\n%s", version, out)
 		}
-		signs := counter(t, s.snapshot(), "tls_signs")
+		// Its Done may reach the supervisor after openssl got its answer.
+		signs := counter(t, s.waitFor("the first connection back", 10*time.Second, func(snap supervisor.Snapshot) bool {
+			return snap.AtWorkers == 0
+		}), "tls_signs")
 		// Hold a connection at worker 0, so the next goes to worker 1.
 		c := dialFrom(t, "127.0.0.2", s.addr)
 		fmt.Fprint(c, holdRequest)

@@ -157,7 +157,10 @@ type Worker struct {
 	// Sandbox lists the sandbox layers, each "+name" (applied) or "-name".
 	Sandbox []string `json:"sandbox"`
 	// Active is how many connections are out at the worker now.
-	Active   int    `json:"active"`
+	Active int `json:"active"`
+	// Kept is how many parked connections' descriptors it keeps
+	// (affinity).
+	Kept     int    `json:"kept"`
 	Served   uint64 `json:"served"`
 	Restarts int    `json:"restarts"`
 	// BackoffSeconds is the delay before the slot's last respawn.
