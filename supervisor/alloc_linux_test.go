@@ -176,6 +176,9 @@ func (h *allocLoop) doneFrame(id uint64, requests uint32) []byte {
 // makes no heap allocation once warm: frames are encoded into and decoded
 // from reused buffers and messages (docs/DESIGN.md §4).
 func TestDispatchAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	h := startAllocLoop(t)
 	for i := 0; i < 3; i++ {
 		h.round()

@@ -290,6 +290,9 @@ const (
 // served in a hot wait, with no frame at all; for a respond route and a
 // small static file.
 func TestRoundAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	for _, tc := range []struct {
 		name, target  string
 		dispatch, hot float64
