@@ -155,6 +155,8 @@ var requestModes = map[string]func() int{
 	"dup-keeper":   dupKeeperWorker,
 	"release-keep": releaseKeepWorker,
 	"hoard":        hoardWorker,
+	// Claims to keep every connection it serves, keeping none.
+	"kept-liar": keptLiarWorker,
 }
 
 // The names the request modes use; the tests configure them.
