@@ -295,3 +295,43 @@ func TestAffinityKeeperFirst(t *testing.T) {
 		t.Errorf("affinity_moves %d, waiting %d; want 0 and b still waiting", s.Counters["affinity_moves"], s.Conns["waiting"])
 	}
 }
+
+// A parked kept connection of a client put in the penalty box is closed when
+// it becomes readable, and its keeper is told to forget its copy.
+func TestAffinityForgetOnPenalty(t *testing.T) {
+	h := startLoop(t, affinityConfig(2, 1, "limits {\n  death_penalty_threshold = 1\n}\n"))
+	a := h.dial("127.0.0.2")
+	h.send(a)
+	keeper, id, _ := h.keeping(h.workers)
+	if err := keeper.Done(keptDone(id, 1)); err != nil {
+		t.Fatal(err)
+	}
+	h.keptBy(keeper.slot, 1)
+	// The same client's other connection is at the other worker when it
+	// dies: one death is the threshold. Ties go to the first worker: if
+	// that is the keeper, another client's connection fills it first.
+	if keeper == h.workers[0] {
+		y := h.dial("127.0.0.5")
+		h.send(y)
+		if p, _, _ := h.keeping(h.workers); p != keeper {
+			t.Fatal("the filler went to the other worker")
+		}
+	}
+	x := h.dial("127.0.0.2")
+	h.send(x)
+	other, _, _ := h.keeping(h.workers)
+	if other == keeper {
+		t.Fatal("the second connection went to the busy keeper")
+	}
+	other.Close()
+	h.waitFor("the client penalized", func(s Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
+	h.send(a)
+	h.forgotten(keeper, id)
+	s := h.waitFor("refused", func(s Snapshot) bool { return s.Counters["refused_penalty"] == 1 })
+	if s.Workers[keeper.slot].Kept != 0 {
+		t.Errorf("kept %d after the refusal, want 0", s.Workers[keeper.slot].Kept)
+	}
+	if _, closed := closedByPeer(a); !closed {
+		t.Error("the penalized client's kept connection is still open")
+	}
+}
