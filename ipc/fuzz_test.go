@@ -50,9 +50,14 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 	doneKept := frame(&proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
 		ConnId: 20, Disposition: proto.Disposition_KEEP_ALIVE, Requests: 3, Kept: true, Pending: true,
 	}}})
+	doneResponses := frame(&proto.Frame{Body: &proto.Frame_Done{Done: &proto.Done{
+		ConnId: 21, Disposition: proto.Disposition_KEEP_ALIVE, Requests: 4, Outcome: proto.Outcome_OK,
+		ResponseStatus: []uint32{200, 304, 404}, ResponseMicros: []uint64{120, 80, 1 << 40}, HotRequests: 2, Handback: proto.Handback_HOT_WINDOW,
+	}}})
 	accessLog := frame(&proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}})
 	return []fuzzSeed{
 		{"ready", ready, 0},
+		{"done-responses", doneResponses, 0},
 		{"access-log-fd", accessLog, 1},
 		{"access-log-missing-fd", accessLog, 0},
 		{"body-start", bodyStart, 0},
