@@ -102,7 +102,7 @@ func (d *dispatcher) nextWaiting(now time.Time) *conn {
 // keeperDeadline is when a plain connection in the pool's queue may next
 // move to a free worker (zero: none may), so the loop wakes for it.
 func (d *dispatcher) keeperDeadline() time.Time {
-	if d.waiting.head == nil || d.pickWorker() == nil {
+	if d.waiting.head == nil || !d.keepsPlain() || d.pickWorker() == nil {
 		return time.Time{}
 	}
 	next := farFuture
@@ -156,4 +156,15 @@ func (d *dispatcher) forget(c *conn) {
 	if w.ch != nil && w.state != workerDead {
 		d.send(w, &proto.Frame{Body: &proto.Frame_Forget{Forget: &proto.Forget{ConnId: c.id}}}, -1)
 	}
+}
+
+// keepsPlain reports whether some worker keeps a plain connection's copy
+// (none while affinity is off): only then may a waiting connection move.
+func (d *dispatcher) keepsPlain() bool {
+	for _, w := range d.workers {
+		if w.kept > 0 {
+			return true
+		}
+	}
+	return false
 }
