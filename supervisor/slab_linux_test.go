@@ -12,6 +12,9 @@ import (
 // once the slab has room: a parked connection costs its record in the slab
 // and nothing on the heap besides.
 func TestAdmitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	h := startAllocLoop(t)
 	d := h.d
 	// From h.c's client, which stays open, so no client record is made.
