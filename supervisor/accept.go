@@ -123,7 +123,7 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 		d.logLimited(hclog.Warn, "conn-table-full", "connection table full", "connections", d.conns.len())
 		return
 	}
-	c.fd, c.client, c.listener, c.peer, c.accepted, c.fresh, c.tls = fd, cl, uint32(listener), packPeer(peer), now, true, tls
+	c.fd, c.client, c.listener, c.peer, c.accepted, c.fresh, c.tls = fd, cl, uint32(listener), packPeer(peer), monoOf(now), true, tls
 	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
 		d.conns.release(c)
 		unix.Close(fd)

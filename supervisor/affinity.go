@@ -65,7 +65,7 @@ func (d *dispatcher) moveAt(c *conn) time.Time {
 	if c.state != stateWaiting || c.tlist != &d.waitTimers {
 		return farFuture
 	}
-	return c.deadline.Add(keeperWait - d.cfg.Limits.NoWorkerTimeout)
+	return c.deadline.time().Add(keeperWait - d.cfg.Limits.NoWorkerTimeout)
 }
 
 // farFuture is a time no deadline reaches.

@@ -108,7 +108,7 @@ func (d *dispatcher) bodyDone(w *workerProc, id uint64, m *proto.BodyDone, now t
 		return
 	}
 	d.bodyWaiting.push(c)
-	c.deadline = now.Add(d.cfg.Limits.NoWorkerTimeout)
+	c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
 	d.bodyWaitTimers.push(c)
 }
 
@@ -163,7 +163,7 @@ func (d *dispatcher) pumpBodies() {
 // expireBodies refuses the slot to complete bodies that waited
 // no_worker_timeout; their workers answer 503.
 func (d *dispatcher) expireBodies(now time.Time) {
-	for c := d.bodyWaitTimers.head; c != nil && !now.Before(c.deadline); c = d.bodyWaitTimers.head {
+	for c := d.bodyWaitTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.bodyWaitTimers.head {
 		d.bodyWaitTimers.remove(c)
 		d.bodyWaiting.remove(c)
 		d.bodyNoSlot++

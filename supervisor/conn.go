@@ -47,7 +47,7 @@ type conn struct {
 	id       uint64 // immutable, the slot in the slab and a sequence number; the poller token
 	fd       int    // owned by the dispatcher (a worker holds a dup during a round)
 	client   *client
-	accepted time.Time
+	accepted mono
 	carried  []byte // input read by a worker and not yet consumed
 	// kept is the worker holding a copy of the descriptor (and a TLS
 	// connection's state) while the connection is not at a worker
@@ -55,7 +55,7 @@ type conn struct {
 	kept   *workerProc
 	worker *workerProc
 
-	deadline     time.Time // when the current timer list expires it
+	deadline     mono // when the current timer list expires it
 	tprev, tnext *conn
 	tlist        *connList
 	qprev, qnext *conn
@@ -125,3 +125,15 @@ type headState struct {
 	firstByte time.Time
 	lastByte  time.Time
 }
+
+// mono is an instant as nanoseconds from the process's epoch: 8 bytes where a
+// time.Time takes 24, and compared on the monotonic clock like the times it
+// comes from.
+type mono int64
+
+// epoch is when the process started, with its monotonic clock reading.
+var epoch = time.Now()
+
+func monoOf(t time.Time) mono { return mono(t.Sub(epoch)) }
+
+func (m mono) time() time.Time { return epoch.Add(time.Duration(m)) }

@@ -45,7 +45,7 @@ func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
 		if c.tlist != nil {
 			c.tlist.remove(c)
 		}
-		c.deadline = now.Add(d.cfg.Limits.NoWorkerTimeout)
+		c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
 		d.waitTimers.push(c)
 	}
 }
@@ -90,7 +90,7 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	m.Listener = uint32(c.listener)
 	m.Carried = c.carried
 	m.Requests = c.requests
-	m.AcceptedUnixNano = c.accepted.UnixNano()
+	m.AcceptedUnixNano = c.accepted.time().UnixNano()
 	m.Tls = c.tls
 	// By name, which reloads keep: the worker applies that listener's
 	// certificates, hsts and https_redirect.

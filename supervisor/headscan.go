@@ -91,7 +91,7 @@ func (d *dispatcher) headTimeout() time.Duration {
 
 // Deadlines are computed from when each list's entries joined, with the live
 // timeout, so every list stays sorted when stress mode changes the timeout.
-func (d *dispatcher) freshDeadline(c *conn) time.Time { return c.accepted.Add(d.firstByteTimeout()) }
+func (d *dispatcher) freshDeadline(c *conn) time.Time { return c.accepted.time().Add(d.firstByteTimeout()) }
 func (d *dispatcher) headDeadline(c *conn) time.Time  { return c.hd.firstByte.Add(d.headTimeout()) }
 func gapDeadline(c *conn) time.Time                   { return c.hd.lastByte.Add(headGap) }
 
@@ -308,7 +308,7 @@ func incompleteSince(c *conn) time.Time {
 	if c.hd != nil {
 		return c.hd.firstByte
 	}
-	return c.accepted
+	return c.accepted.time()
 }
 
 // underPressure reports whether admission is close to a bound: incomplete

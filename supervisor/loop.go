@@ -114,7 +114,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	}
 	for _, l := range []*connList{&d.idleTimers, &d.waitTimers, &d.lingerTimers, &d.bodyWaitTimers} {
 		if l.head != nil {
-			consider(l.head.deadline)
+			consider(l.head.deadline.time())
 		}
 	}
 	if c := d.freshTimers.head; c != nil {
@@ -194,11 +194,11 @@ func (d *dispatcher) expire(now time.Time) {
 	}
 	d.expireHeads(now)
 	d.expireBodies(now)
-	for c := d.idleTimers.head; c != nil && !now.Before(c.deadline); c = d.idleTimers.head {
+	for c := d.idleTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.idleTimers.head {
 		d.c.timeoutIdle++
 		d.closeConn(c)
 	}
-	for c := d.waitTimers.head; c != nil && !now.Before(c.deadline); c = d.waitTimers.head {
+	for c := d.waitTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.waitTimers.head {
 		d.c.timeoutNoWorker++
 		d.waitTimers.remove(c)
 		if c.qlist != nil {
@@ -213,7 +213,7 @@ func (d *dispatcher) expire(now time.Time) {
 		unix.Shutdown(c.fd, unix.SHUT_WR)
 		d.linger(c, now)
 	}
-	for c := d.lingerTimers.head; c != nil && !now.Before(c.deadline); c = d.lingerTimers.head {
+	for c := d.lingerTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.lingerTimers.head {
 		d.closeConn(c)
 	}
 	if t := d.keeperDeadline(); !t.IsZero() && !now.Before(t) {

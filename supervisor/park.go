@@ -89,7 +89,7 @@ func (d *dispatcher) park(c *conn, now time.Time) {
 	}
 	c.state = stateIdle
 	d.idle++
-	c.deadline = now.Add(d.cfg.Limits.KeepAliveIdleTimeout)
+	c.deadline = monoOf(now.Add(d.cfg.Limits.KeepAliveIdleTimeout))
 	d.idleTimers.push(c)
 	d.arm(c)
 }
@@ -115,7 +115,7 @@ func (d *dispatcher) evictIdle(why string) bool {
 
 func (d *dispatcher) linger(c *conn, now time.Time) {
 	c.state = stateLinger
-	c.deadline = now.Add(lingerTimeout)
+	c.deadline = monoOf(now.Add(lingerTimeout))
 	d.lingerTimers.push(c)
 	d.arm(c)
 }
