@@ -91,9 +91,11 @@ func (d *dispatcher) headTimeout() time.Duration {
 
 // Deadlines are computed from when each list's entries joined, with the live
 // timeout, so every list stays sorted when stress mode changes the timeout.
-func (d *dispatcher) freshDeadline(c *conn) time.Time { return c.accepted.time().Add(d.firstByteTimeout()) }
-func (d *dispatcher) headDeadline(c *conn) time.Time  { return c.hd.firstByte.Add(d.headTimeout()) }
-func gapDeadline(c *conn) time.Time                   { return c.hd.lastByte.Add(headGap) }
+func (d *dispatcher) freshDeadline(c *conn) time.Time {
+	return c.accepted.time().Add(d.firstByteTimeout())
+}
+func (d *dispatcher) headDeadline(c *conn) time.Time { return c.hd.firstByte.Add(d.headTimeout()) }
+func gapDeadline(c *conn) time.Time                  { return c.hd.lastByte.Add(headGap) }
 
 // readHead looks at the input of a readable fresh, idle or head connection.
 // It dispatches the connection when its head is decided and otherwise keeps
