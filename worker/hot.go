@@ -24,14 +24,15 @@ const (
 // there; the caller applies the complete-head rule to it.
 func (cs *connServer) hotWait() hotResult {
 	w := cs.w
-	if w.hotWindow <= 0 || w.draining.Load() || cs.tls {
-		// A TLS connection is parked between requests, its state kept
-		// here (affinity).
+	if w.hotWindow <= 0 || w.draining.Load() {
 		return hotNothing
 	}
 	if w.pressure.Load() {
 		cs.handback = proto.Handback_PRESSURE
 		return hotNothing
+	}
+	if cs.tls {
+		return cs.tlsHotWait()
 	}
 	// The deadline is set once, before the connection is registered: a
 	// pressure notice that finds it registered moves it to the past, and
@@ -53,7 +54,7 @@ func (cs *connServer) hotWait() hotResult {
 	_, err := cs.br.Peek(1)
 	switch {
 	case err == nil:
-		cs.hotRequests++
+		cs.hotNext = true
 		return hotInput
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		cs.handback = proto.Handback_HOT_WINDOW
@@ -64,4 +65,57 @@ func (cs *connServer) hotWait() hotResult {
 	}
 	cs.outcome = proto.Outcome_PEER_CLOSED
 	return hotClosed
+}
+
+// tlsHotWait is hotWait for a TLS connection, whose input is records: it
+// waits for the socket to hold complete records and decrypts only those,
+// until the plaintext holds a decided head. A record still arriving at the
+// window's end stays whole in the socket, at a record boundary, where the
+// dispatcher's peek finds it; the plaintext of a partial head stays with
+// the TLS state, as when a dispatch ends on one.
+func (cs *connServer) tlsHotWait() hotResult {
+	w := cs.w
+	rc, err := cs.tnc.SyscallConn()
+	if err != nil {
+		return hotNothing
+	}
+	end := time.Now().Add(w.hotWindow)
+	w.hotMu.Lock()
+	w.hot[cs] = struct{}{}
+	w.hotMu.Unlock()
+	defer func() {
+		w.hotMu.Lock()
+		delete(w.hot, cs)
+		w.hotMu.Unlock()
+	}()
+	for {
+		// Set on every pass, as decrypting moves it; a pressure notice
+		// sets its flag before moving the deadline, so one that comes
+		// after this check finds the deadline to move.
+		cs.nc.SetReadDeadline(end)
+		if w.pressure.Load() {
+			cs.handback = proto.Handback_PRESSURE
+			return hotNothing
+		}
+		err := rc.Read(func(fd uintptr) bool { return recordBuffered(int(fd)) })
+		if err != nil {
+			cs.handback = proto.Handback_HOT_WINDOW
+			switch {
+			case w.pressure.Load():
+				cs.handback = proto.Handback_PRESSURE
+			case cs.pending() > 0:
+				cs.handback = proto.Handback_PARTIAL_HEAD
+			}
+			return hotNothing
+		}
+		if cs.tlsHeadReady() {
+			if cs.pending() == 0 {
+				// The records ended in close_notify, an end or an error.
+				cs.outcome = proto.Outcome_PEER_CLOSED
+				return hotClosed
+			}
+			cs.hotNext = true
+			return hotInput
+		}
+	}
 }

@@ -97,7 +97,7 @@ func (w *Worker) serve(st *serverState, j job) {
 		var cs *connServer
 		if tc != nil {
 			cs = newConnServer(&st.cs, w, tc, d)
-			cs.tls, cs.tfd = true, fd
+			cs.tls, cs.tfd, cs.tnc = true, fd, nc
 		} else {
 			cs = newConnServer(&st.cs, w, nc, d)
 			cs.fd = fd
@@ -167,8 +167,10 @@ type connServer struct {
 
 	outcome  proto.Outcome  // how the last round ended
 	handback proto.Handback // why a kept-alive connection goes back
-	// hotRequests counts the requests that arrived in a hot wait.
+	// hotRequests counts the requests that arrived in a hot wait; hotNext
+	// says the next head did, counted once a round reads it as a request.
 	hotRequests uint32
+	hotNext     bool
 	// statuses and micros describe the responses of this dispatch, for
 	// the supervisor's metrics.
 	statuses   []uint32
@@ -206,6 +208,7 @@ type connServer struct {
 	fd        int          // the connection's descriptor, or -1; owned by nc
 	tls       bool         // nc is a TLS connection
 	tfd       int          // a TLS connection's descriptor, for peeks
+	tnc       *os.File     // a TLS connection's transport, for hot waits
 	listener  listenerHTTP // what the connection's listener adds
 	port      string       // the local port, once asked
 	portAsked bool
@@ -226,10 +229,24 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 	held := 0 // rounds served in a row from input already held
 	for round := 1; ; round++ {
 		if cs.tls && !cs.tlsHeadReady() {
-			// Never wait for the rest of a head: the connection goes
-			// back to the supervisor, its plaintext kept here.
-			cs.handback = proto.Handback_PARTIAL_HEAD
-			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
+			// Nothing at all after a handshake: the first request
+			// commonly follows at once, and is waited for hot (which
+			// sets the hand-back's reason if none comes).
+			hot := hotNothing
+			if round == 1 && cs.pending() == 0 {
+				hot = cs.hotWait()
+			} else {
+				cs.handback = proto.Handback_PARTIAL_HEAD
+			}
+			switch hot {
+			case hotNothing:
+				// Never wait for the rest of a head beyond the hot
+				// window: the connection goes back to the supervisor,
+				// its plaintext kept here.
+				return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
+			case hotClosed:
+				return proto.Disposition_CLOSE, nil, cs.requests
+			}
 		}
 		keep, disp := cs.round()
 		if !keep {
@@ -283,12 +300,17 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	cs.roundStart = start
 	cs.in.head(start)
 	cs.raw.start(cs.br)
+	hot := cs.hotNext
+	cs.hotNext = false
 	head, err := httphead.ReadHead(cs.br, httphead.Limits{})
 	if err != nil {
 		return false, cs.headError(err)
 	}
 	cs.raw.stop()
 	cs.requests++
+	if hot {
+		cs.hotRequests++
+	}
 	lim := cs.w.cfg.Limits
 	keep = head.Persistent() &&
 		cs.requests < maxRequestsPerConn &&

@@ -124,9 +124,18 @@ sandbox {
 }
 %s
 %s`, s.def.cert, s.def.key, s.rsa.cert, s.rsa.key, s.wildcard.cert, s.wildcard.key,
-		strings.Replace(sandboxConfig(www), "workers {\n", "workers {\n"+workers, 1), extra))
+		strings.Replace(workersDefault(sandboxConfig(www), workers), "workers {\n", "workers {\n"+workers, 1), extra))
 	s.tlsAddr = s.sup.Addrs()[1].String()
 	return s
+}
+
+// workersDefault drops the sandbox configuration's worker count and
+// concurrency when workers sets its own.
+func workersDefault(cfg, workers string) string {
+	if !strings.Contains(workers, "count") {
+		return cfg
+	}
+	return strings.Replace(cfg, "  count       = 2\n  concurrency = 4\n", "", 1)
 }
 
 // curl runs curl --http1.1 against the TLS listener as host, trusting ca.
