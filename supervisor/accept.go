@@ -92,7 +92,7 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
 	cl := d.clients[key]
 	if cl == nil {
-		cl = newClient(key, d.trusted(peer.Addr()))
+		cl = newClient(key, d.trusted(peer.Addr()), &d.conns)
 	}
 	refuse := ""
 	switch {

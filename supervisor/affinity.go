@@ -62,7 +62,7 @@ func (d *dispatcher) movable(c *conn, now time.Time) bool {
 // keeperWait after it began to wait (its no-worker deadline is uniform), or
 // never if it is not waiting yet.
 func (d *dispatcher) moveAt(c *conn) time.Time {
-	if c.state != stateWaiting || c.tlist != &d.waitTimers {
+	if c.state != stateWaiting || c.tlist != listWaitTimers {
 		return farFuture
 	}
 	return c.deadline.time().Add(keeperWait - d.cfg.Limits.NoWorkerTimeout)
@@ -86,7 +86,7 @@ func (d *dispatcher) nextWaiting(now time.Time) *conn {
 	}
 	free := d.pickWorker() != nil
 	i := 0
-	for c := d.waiting.head; c != nil && i < waitScan; c, i = c.qnext, i+1 {
+	for c := d.waiting.first(); c != nil && i < waitScan; c, i = d.waiting.next(c), i+1 {
 		switch {
 		case c.kept == nil:
 			if free {
@@ -102,12 +102,12 @@ func (d *dispatcher) nextWaiting(now time.Time) *conn {
 // keeperDeadline is when a plain connection in the pool's queue may next
 // move to a free worker (zero: none may), so the loop wakes for it.
 func (d *dispatcher) keeperDeadline() time.Time {
-	if d.waiting.head == nil || !d.keepsPlain() || d.pickWorker() == nil {
+	if d.waiting.first() == nil || !d.keepsPlain() || d.pickWorker() == nil {
 		return time.Time{}
 	}
 	next := farFuture
 	i := 0
-	for c := d.waiting.head; c != nil && i < waitScan; c, i = c.qnext, i+1 {
+	for c := d.waiting.first(); c != nil && i < waitScan; c, i = d.waiting.next(c), i+1 {
 		if c.kept != nil && !c.tls {
 			if t := d.moveAt(c); t.Before(next) {
 				next = t

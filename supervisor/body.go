@@ -132,12 +132,8 @@ func (d *dispatcher) grantBody(c *conn) bool {
 	if d.out >= d.pool || !cl.trusted && cl.out >= d.share {
 		return false
 	}
-	if c.qlist != nil {
-		c.qlist.remove(c)
-	}
-	if c.tlist != nil {
-		c.tlist.remove(c)
-	}
+	d.leaveQueue(c)
+	d.leaveTimer(c)
 	id := c.body.resume
 	c.body, c.bodyOutside = bodyState{}, false
 	c.worker.active++
@@ -153,8 +149,8 @@ func (d *dispatcher) grantBody(c *conn) bool {
 // those whose client is under its share. They go before new dispatches:
 // their requests are further along.
 func (d *dispatcher) pumpBodies() {
-	for c := d.bodyWaiting.head; c != nil && d.out < d.pool; {
-		next := c.qnext
+	for c := d.bodyWaiting.first(); c != nil && d.out < d.pool; {
+		next := d.bodyWaiting.next(c)
 		d.grantBody(c)
 		c = next
 	}
@@ -163,7 +159,7 @@ func (d *dispatcher) pumpBodies() {
 // expireBodies refuses the slot to complete bodies that waited
 // no_worker_timeout; their workers answer 503.
 func (d *dispatcher) expireBodies(now time.Time) {
-	for c := d.bodyWaitTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.bodyWaitTimers.head {
+	for c := d.bodyWaitTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.bodyWaitTimers.first() {
 		d.bodyWaitTimers.remove(c)
 		d.bodyWaiting.remove(c)
 		d.bodyNoSlot++
@@ -185,10 +181,10 @@ func (d *dispatcher) releaseBody(c *conn) bool {
 	if id := c.body.resume; id != 0 {
 		// The worker gave up waiting for the slot (or is gone): refuse
 		// the request, so its in-flight slot is free on both ends.
-		if c.qlist == &d.bodyWaiting {
+		if c.qlist == listBodyWaiting {
 			d.bodyWaiting.remove(c)
 		}
-		if c.tlist == &d.bodyWaitTimers {
+		if c.tlist == listBodyWaitTimers {
 			d.bodyWaitTimers.remove(c)
 		}
 		c.worker.slots.Release()

@@ -36,10 +36,9 @@ type client struct {
 	streams int
 }
 
-// newClient returns the record of a client key with no connection yet.
-func newClient(key netip.Addr, trusted bool) *client {
-	cl := &client{key: key, trusted: trusted}
-	cl.waiting.wait = true
-	cl.incomplete.incomplete = true
-	return cl
+// newClient returns the record of a client key with no connection yet, its
+// lists linking records in s.
+func newClient(key netip.Addr, trusted bool, s *connSlab) *client {
+	return &client{key: key, trusted: trusted,
+		waiting: newConnList(s, listClientWaiting), incomplete: newConnList(s, listIncomplete)}
 }

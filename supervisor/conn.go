@@ -55,21 +55,21 @@ type conn struct {
 	kept   *workerProc
 	worker *workerProc
 
-	deadline     mono // when the current timer list expires it
-	tprev, tnext *conn
-	tlist        *connList
-	qprev, qnext *conn
-	qlist        *connList
-	// The client's connections that have not completed a head (fresh,
-	// head, proxy), oldest first: what admission closes to make room.
-	iprev, inext *conn
-	ilist        *connList
+	deadline mono // when the current timer list expires it
 
 	// hd is the incomplete head of a connection in state head, nil in
 	// every other state: most connections never need one.
 	hd *headState
 
 	body bodyState // a request body received outside the pool
+
+	// List links as slots and list ids (list.go): the timer list (t*),
+	// the wait queue or head-deadline list (q*) and the client's list of
+	// connections that have not completed a head (i*: fresh, head, proxy,
+	// oldest first: what admission closes to make room).
+	tprev, tnext link
+	qprev, qnext link
+	iprev, inext link
 
 	requests uint32 // requests served so far
 	listener uint32 // the id of the listener that accepted it
@@ -83,6 +83,9 @@ type conn struct {
 	// stream: a long-lived request or upgraded connection charged to the
 	// stream budget instead of the pool.
 	stream streamState
+	tlist  listID
+	qlist  listID
+	ilist  listID
 }
 
 // peerAddr is a connection's peer address and port: 20 bytes where a

@@ -41,10 +41,8 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
 	c.state = stateWaiting
 	q.push(c)
-	if c.tlist != &d.waitTimers {
-		if c.tlist != nil {
-			c.tlist.remove(c)
-		}
+	if c.tlist != listWaitTimers {
+		d.leaveTimer(c)
 		c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
 		d.waitTimers.push(c)
 	}
@@ -70,12 +68,8 @@ func (d *dispatcher) pickWorker() *workerProc {
 // dispatch sends c to w. Admission is counted here, explicitly, never
 // inferred from the state of a pool.
 func (d *dispatcher) dispatch(w *workerProc, c *conn) {
-	if c.tlist != nil {
-		c.tlist.remove(c)
-	}
-	if c.qlist != nil {
-		c.qlist.remove(c)
-	}
+	d.leaveTimer(c)
+	d.leaveQueue(c)
 	c.state = stateAtWorker
 	c.worker = w
 	w.handed = true
@@ -128,7 +122,7 @@ func (d *dispatcher) release(c *conn) {
 func (d *dispatcher) pump(cl *client, now time.Time) {
 	d.pumpBodies()
 	// Each turn takes a connection out of the queue, so this ends.
-	for d.waiting.head != nil {
+	for d.waiting.first() != nil {
 		c := d.nextWaiting(now)
 		if c == nil {
 			break
@@ -136,7 +130,7 @@ func (d *dispatcher) pump(cl *client, now time.Time) {
 		d.waiting.remove(c)
 		d.tryDispatch(c, now)
 	}
-	if cl != nil && cl.waiting.head != nil && (cl.trusted || cl.out < d.share) {
+	if cl != nil && cl.waiting.first() != nil && (cl.trusted || cl.out < d.share) {
 		c := cl.waiting.pop()
 		d.tryDispatch(c, now)
 	}

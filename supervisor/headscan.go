@@ -119,9 +119,7 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		}
 		if st, _ := headend.Scan(d.peekBuf[:n], 0); st != headend.Incomplete || n >= headend.MaxHead {
 			d.leavePark(c)
-			if c.ilist != nil {
-				c.ilist.remove(c)
-			}
+			d.leaveIncomplete(c)
 			d.tryDispatch(c, now)
 			return
 		}
@@ -171,9 +169,7 @@ func emptyLines(b []byte) bool {
 func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
 	// Room is made before c joins its client's incomplete connections, so
 	// c itself is never the one closed.
-	if c.ilist != nil {
-		c.ilist.remove(c)
-	}
+	d.leaveIncomplete(c)
 	for d.headBytes+len(in) > headBudget && d.evictIncomplete("head buffer budget") {
 	}
 	c.state = stateHead
@@ -200,10 +196,10 @@ func (d *dispatcher) dropHead(c *conn) []byte {
 		d.headBytes -= cap(h)
 		c.hd = nil
 	}
-	if c.qlist == &d.headTimers {
+	if c.qlist == listHeadTimers {
 		d.headTimers.remove(c)
 	}
-	if c.tlist == &d.gapTimers {
+	if c.tlist == listGapTimers {
 		d.gapTimers.remove(c)
 	}
 	return h
@@ -218,9 +214,7 @@ func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
 		return false
 	}
 	c.carried = d.dropHead(c)
-	if c.ilist != nil {
-		c.ilist.remove(c)
-	}
+	d.leaveIncomplete(c)
 	d.tryDispatch(c, now)
 	return true
 }
@@ -241,11 +235,11 @@ func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
 // expireHeads closes the connections whose head deadline or gap passed, with
 // a 408 written without blocking, as the canned 503 is.
 func (d *dispatcher) expireHeads(now time.Time) {
-	for c := d.gapTimers.head; c != nil && !now.Before(gapDeadline(c)); c = d.gapTimers.head {
+	for c := d.gapTimers.first(); c != nil && !now.Before(gapDeadline(c)); c = d.gapTimers.first() {
 		d.timeoutGap++
 		d.timeout408(c, now)
 	}
-	for c := d.headTimers.head; c != nil && !now.Before(d.headDeadline(c)); c = d.headTimers.head {
+	for c := d.headTimers.first(); c != nil && !now.Before(d.headDeadline(c)); c = d.headTimers.first() {
 		d.timeoutHead++
 		d.timeout408(c, now)
 	}
@@ -253,9 +247,7 @@ func (d *dispatcher) expireHeads(now time.Time) {
 
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
 	d.dropHead(c)
-	if c.ilist != nil {
-		c.ilist.remove(c)
-	}
+	d.leaveIncomplete(c)
 	unix.Write(c.fd, canned408)
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
@@ -264,10 +256,10 @@ func (d *dispatcher) timeout408(c *conn, now time.Time) {
 // headNextDeadline is the earliest deadline of the head lists, or zero.
 func (d *dispatcher) headNextDeadline() time.Time {
 	var next time.Time
-	if c := d.gapTimers.head; c != nil {
+	if c := d.gapTimers.first(); c != nil {
 		next = gapDeadline(c)
 	}
-	if c := d.headTimers.head; c != nil {
+	if c := d.headTimers.first(); c != nil {
 		if t := d.headDeadline(c); next.IsZero() || t.Before(next) {
 			next = t
 		}
@@ -288,14 +280,14 @@ func (d *dispatcher) evictIncomplete(why string) bool {
 		// Between clients holding as many, the one whose oldest
 		// incomplete connection has waited longest.
 		if heaviest == nil || cl.incomplete.n > heaviest.incomplete.n ||
-			incompleteSince(cl.incomplete.head).Before(incompleteSince(heaviest.incomplete.head)) {
+			incompleteSince(cl.incomplete.first()).Before(incompleteSince(heaviest.incomplete.first())) {
 			heaviest = cl
 		}
 	}
 	if heaviest == nil {
 		return false
 	}
-	c := heaviest.incomplete.head
+	c := heaviest.incomplete.first()
 	d.incompleteEvicted++
 	d.evictedAt = d.s.now()
 	d.logLimited(hclog.Debug, "evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)

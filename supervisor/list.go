@@ -1,5 +1,34 @@
 package supervisor
 
+// link names a record in the slab by its slot plus one (0: none): 4 bytes
+// where a pointer takes 8, and a record carries six of them.
+type link uint32
+
+func linkOf(c *conn) link { return link(c.id&connSlotMask) + 1 }
+
+// listID names the list a record is on through one set of its links (0:
+// none): 1 byte where a pointer takes 8. The dispatcher resolves it
+// (dispatcher.listOf); a client's lists are found through the record's client.
+type listID uint8
+
+const (
+	listNone listID = iota
+	// on the t* links
+	listFreshTimers
+	listIdleTimers
+	listWaitTimers
+	listLingerTimers
+	listBodyWaitTimers
+	listGapTimers
+	// on the q* links
+	listWaiting
+	listClientWaiting
+	listBodyWaiting
+	listHeadTimers
+	// on the i* links
+	listIncomplete
+)
+
 // connList is an intrusive FIFO of connections. A connection is in at most one
 // timer list (links t*), at most one wait queue or head-deadline list (links
 // q*) and at most one client's list of incomplete connections (links i*) at a
@@ -9,60 +38,143 @@ package supervisor
 // linger), so appending at the tail keeps each timer list sorted by deadline:
 // a FIFO per state is a correct timer structure.
 type connList struct {
-	head, tail *conn
+	slab       *connSlab
+	head, tail link
 	n          int
-	wait       bool // uses the q* links instead of the t* links
-	incomplete bool // uses the i* links
+	id         listID
 }
 
-func (l *connList) links(c *conn) (prev, next **conn, in **connList) {
-	if l.incomplete {
+func newConnList(s *connSlab, id listID) connList { return connList{slab: s, id: id} }
+
+func (l *connList) links(c *conn) (prev, next *link, in *listID) {
+	switch {
+	case l.id == listIncomplete:
 		return &c.iprev, &c.inext, &c.ilist
-	}
-	if l.wait {
+	case l.id >= listWaiting:
 		return &c.qprev, &c.qnext, &c.qlist
 	}
 	return &c.tprev, &c.tnext, &c.tlist
 }
 
+// first returns the oldest record, or nil.
+func (l *connList) first() *conn { return l.slab.at(l.head) }
+
+// last returns the newest record, or nil.
+func (l *connList) last() *conn { return l.slab.at(l.tail) }
+
+// next returns the record after c on l, or nil.
+func (l *connList) next(c *conn) *conn {
+	_, next, _ := l.links(c)
+	return l.slab.at(*next)
+}
+
 func (l *connList) push(c *conn) {
 	prev, next, in := l.links(c)
-	*prev, *next, *in = l.tail, nil, l
-	if l.tail != nil {
-		_, tnext, _ := l.links(l.tail)
-		*tnext = c
+	*prev, *next, *in = l.tail, 0, l.id
+	k := linkOf(c)
+	if t := l.slab.at(l.tail); t != nil {
+		_, tnext, _ := l.links(t)
+		*tnext = k
 	} else {
-		l.head = c
+		l.head = k
 	}
-	l.tail = c
+	l.tail = k
 	l.n++
 }
 
+// remove takes c off l; a record on another list of the same kind (another
+// client's) is the caller's mistake, which the ids cannot tell apart.
 func (l *connList) remove(c *conn) {
 	prev, next, in := l.links(c)
-	if *in != l {
+	if *in != l.id {
 		return
 	}
-	if *prev != nil {
-		_, pnext, _ := l.links(*prev)
+	if p := l.slab.at(*prev); p != nil {
+		_, pnext, _ := l.links(p)
 		*pnext = *next
 	} else {
 		l.head = *next
 	}
-	if *next != nil {
-		nprev, _, _ := l.links(*next)
+	if n := l.slab.at(*next); n != nil {
+		nprev, _, _ := l.links(n)
 		*nprev = *prev
 	} else {
 		l.tail = *prev
 	}
-	*prev, *next, *in = nil, nil, nil
+	*prev, *next, *in = 0, 0, listNone
 	l.n--
 }
 
 func (l *connList) pop() *conn {
-	c := l.head
+	c := l.first()
 	if c != nil {
 		l.remove(c)
 	}
 	return c
+}
+
+// initLists names the dispatcher's lists; a client's are named by newClient.
+func (d *dispatcher) initLists() {
+	for _, l := range []struct {
+		l  *connList
+		id listID
+	}{
+		{&d.freshTimers, listFreshTimers}, {&d.idleTimers, listIdleTimers},
+		{&d.waitTimers, listWaitTimers}, {&d.lingerTimers, listLingerTimers},
+		{&d.bodyWaitTimers, listBodyWaitTimers}, {&d.gapTimers, listGapTimers},
+		{&d.waiting, listWaiting}, {&d.bodyWaiting, listBodyWaiting},
+		{&d.headTimers, listHeadTimers},
+	} {
+		*l.l = newConnList(&d.conns, l.id)
+	}
+}
+
+// listOf returns the list id names for c.
+func (d *dispatcher) listOf(c *conn, id listID) *connList {
+	switch id {
+	case listFreshTimers:
+		return &d.freshTimers
+	case listIdleTimers:
+		return &d.idleTimers
+	case listWaitTimers:
+		return &d.waitTimers
+	case listLingerTimers:
+		return &d.lingerTimers
+	case listBodyWaitTimers:
+		return &d.bodyWaitTimers
+	case listGapTimers:
+		return &d.gapTimers
+	case listWaiting:
+		return &d.waiting
+	case listClientWaiting:
+		return &c.client.waiting
+	case listBodyWaiting:
+		return &d.bodyWaiting
+	case listHeadTimers:
+		return &d.headTimers
+	case listIncomplete:
+		return &c.client.incomplete
+	}
+	return nil
+}
+
+// leaveTimer takes c off its timer list, if any.
+func (d *dispatcher) leaveTimer(c *conn) {
+	if c.tlist != listNone {
+		d.listOf(c, c.tlist).remove(c)
+	}
+}
+
+// leaveQueue takes c off its wait queue or head-deadline list, if any.
+func (d *dispatcher) leaveQueue(c *conn) {
+	if c.qlist != listNone {
+		d.listOf(c, c.qlist).remove(c)
+	}
+}
+
+// leaveIncomplete takes c off its client's incomplete list, if it is on it.
+func (d *dispatcher) leaveIncomplete(c *conn) {
+	if c.ilist != listNone {
+		d.listOf(c, c.ilist).remove(c)
+	}
 }

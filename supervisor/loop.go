@@ -113,11 +113,11 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 		}
 	}
 	for _, l := range []*connList{&d.idleTimers, &d.waitTimers, &d.lingerTimers, &d.bodyWaitTimers} {
-		if l.head != nil {
-			consider(l.head.deadline.time())
+		if c := l.first(); c != nil {
+			consider(c.deadline.time())
 		}
 	}
-	if c := d.freshTimers.head; c != nil {
+	if c := d.freshTimers.first(); c != nil {
 		consider(d.freshDeadline(c))
 	}
 	consider(d.headNextDeadline())
@@ -186,7 +186,7 @@ func (d *dispatcher) message(m any, now time.Time) {
 
 // expire enforces the per-state timeouts.
 func (d *dispatcher) expire(now time.Time) {
-	for c := d.freshTimers.head; c != nil && !now.Before(d.freshDeadline(c)); c = d.freshTimers.head {
+	for c := d.freshTimers.first(); c != nil && !now.Before(d.freshDeadline(c)); c = d.freshTimers.first() {
 		// A connection that never sent a byte is closed silently: browsers
 		// and load balancers open speculative connections.
 		d.c.timeoutFirstByte++
@@ -194,16 +194,14 @@ func (d *dispatcher) expire(now time.Time) {
 	}
 	d.expireHeads(now)
 	d.expireBodies(now)
-	for c := d.idleTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.idleTimers.head {
+	for c := d.idleTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.idleTimers.first() {
 		d.c.timeoutIdle++
 		d.closeConn(c)
 	}
-	for c := d.waitTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.waitTimers.head {
+	for c := d.waitTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.waitTimers.first() {
 		d.c.timeoutNoWorker++
 		d.waitTimers.remove(c)
-		if c.qlist != nil {
-			c.qlist.remove(c)
-		}
+		d.leaveQueue(c)
 		if c.tls {
 			// No plaintext into a TLS stream.
 			d.closeConn(c)
@@ -213,7 +211,7 @@ func (d *dispatcher) expire(now time.Time) {
 		unix.Shutdown(c.fd, unix.SHUT_WR)
 		d.linger(c, now)
 	}
-	for c := d.lingerTimers.head; c != nil && !now.Before(c.deadline.time()); c = d.lingerTimers.head {
+	for c := d.lingerTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.lingerTimers.first() {
 		d.closeConn(c)
 	}
 	if t := d.keeperDeadline(); !t.IsZero() && !now.Before(t) {

@@ -49,9 +49,7 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 
 // leavePark takes a parked connection off its timer list and counters.
 func (d *dispatcher) leavePark(c *conn) {
-	if c.tlist != nil {
-		c.tlist.remove(c)
-	}
+	d.leaveTimer(c)
 	if c.state == stateIdle {
 		d.idle--
 	}
@@ -97,7 +95,7 @@ func (d *dispatcher) park(c *conn, now time.Time) {
 // evictIdle closes the oldest idle kept-alive connection, if any. The
 // Keep-Alive timeout hint is advisory (RFC 9112 §9.3), so this is allowed.
 func (d *dispatcher) evictIdle(why string) bool {
-	c := d.idleTimers.head
+	c := d.idleTimers.first()
 	if c == nil {
 		return false
 	}
@@ -128,15 +126,9 @@ func (d *dispatcher) linger(c *conn, now time.Time) {
 // neither read nor inject another byte (close alone would leave the
 // connection open while any copy lives).
 func (d *dispatcher) closeConn(c *conn) {
-	if c.tlist != nil {
-		c.tlist.remove(c)
-	}
-	if c.qlist != nil {
-		c.qlist.remove(c)
-	}
-	if c.ilist != nil {
-		c.ilist.remove(c)
-	}
+	d.leaveTimer(c)
+	d.leaveQueue(c)
+	d.leaveIncomplete(c)
 	d.dropHead(c)
 	if c.state == stateIdle {
 		d.idle--

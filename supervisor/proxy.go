@@ -82,7 +82,7 @@ func (d *dispatcher) rekey(c *conn) bool {
 	}
 	cl := d.clients[key]
 	if cl == nil {
-		cl = newClient(key, d.trusted(c.peer.addrPort().Addr()))
+		cl = newClient(key, d.trusted(c.peer.addrPort().Addr()), &d.conns)
 	}
 	if !cl.trusted && cl.conns >= d.cfg.Limits.MaxConnectionsPerClient {
 		d.c.refused[refusedPerClient]++
@@ -90,9 +90,7 @@ func (d *dispatcher) rekey(c *conn) bool {
 		d.closeConn(c)
 		return false
 	}
-	if c.ilist != nil {
-		c.ilist.remove(c)
-	}
+	d.leaveIncomplete(c)
 	old.conns--
 	if old.conns == 0 && old.out == 0 {
 		delete(d.clients, old.key)

@@ -79,6 +79,15 @@ func (s *connSlab) get(id uint64) *conn {
 	return c
 }
 
+// at returns the record a link names (live or not), or nil for none.
+func (s *connSlab) at(l link) *conn {
+	if l == 0 {
+		return nil
+	}
+	i := int(l - 1)
+	return &s.chunks[i/chunkSize].recs[i%chunkSize]
+}
+
 // release frees c's slot and drops its buffers. Once the last chunk is empty
 // while the one below it is at most half full, the last chunk goes: a count
 // that hovers at a chunk's boundary does not allocate one on every accept.

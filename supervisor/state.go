@@ -170,9 +170,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			deaths:  make(map[deathCause]uint64),
 		},
 	}
-	d.waiting.wait = true
-	d.headTimers.wait = true
-	d.bodyWaiting.wait = true
+	d.initLists()
 	d.peekBuf = make([]byte, headend.MaxHead)
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {

@@ -152,9 +152,7 @@ func (d *dispatcher) readTLS(c *conn, now time.Time) {
 		c.lowat = false
 	}
 	d.leavePark(c)
-	if c.ilist != nil {
-		c.ilist.remove(c)
-	}
+	d.leaveIncomplete(c)
 	d.tryDispatch(c, now)
 }
 
@@ -169,9 +167,7 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 	}
 	d.c.tlsPlainHTTP++
 	d.leavePark(c)
-	if c.ilist != nil {
-		c.ilist.remove(c)
-	}
+	d.leaveIncomplete(c)
 	unix.Write(c.fd, canned400TLS)
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
