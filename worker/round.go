@@ -98,6 +98,7 @@ func (w *Worker) serve(st *serverState, j job) {
 		if tc != nil {
 			cs = newConnServer(&st.cs, w, tc, d)
 			cs.tls, cs.tfd, cs.tnc = true, fd, nc
+			cs.tt = tc.NetConn().(*tlsTransport)
 		} else {
 			cs = newConnServer(&st.cs, w, nc, d)
 			cs.fd = fd
@@ -205,12 +206,13 @@ type connServer struct {
 	pendingBuf []byte
 	reqBody    body
 
-	fd        int          // the connection's descriptor, or -1; owned by nc
-	tls       bool         // nc is a TLS connection
-	tfd       int          // a TLS connection's descriptor, for peeks
-	tnc       *os.File     // a TLS connection's transport, for hot waits
-	listener  listenerHTTP // what the connection's listener adds
-	port      string       // the local port, once asked
+	fd        int           // the connection's descriptor, or -1; owned by nc
+	tls       bool          // nc is a TLS connection
+	tfd       int           // a TLS connection's descriptor, for peeks
+	tnc       *os.File      // a TLS connection's transport, for hot waits
+	tt        *tlsTransport // its record reader, told not to wait in tlsHeadReady
+	listener  listenerHTTP  // what the connection's listener adds
+	port      string        // the local port, once asked
 	portAsked bool
 }
 

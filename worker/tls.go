@@ -168,7 +168,24 @@ type tlsTransport struct {
 	hdr  [recordHeader]byte
 	hdrN int // header bytes read of the current record
 	left int // body bytes of the current record not read yet
+	// noWait: at a record boundary, a read finds the next record complete
+	// in the socket (fd) or fails with errNoRecord instead of waiting.
+	noWait bool
+	fd     int
 }
+
+// errNoRecord ends a read that would wait for a record. It is temporary,
+// so crypto/tls keeps the connection usable: a record that carries no
+// plaintext (a TLS 1.3 KeyUpdate, a TLS 1.2 warning alert or an empty
+// record) makes crypto/tls read on, and the worker must not wait there for
+// a client.
+var errNoRecord error = noRecordError{}
+
+type noRecordError struct{}
+
+func (noRecordError) Error() string   { return "no complete TLS record buffered" }
+func (noRecordError) Timeout() bool   { return true }
+func (noRecordError) Temporary() bool { return true }
 
 // recordHeader is a TLS record header's size.
 const recordHeader = 5
@@ -176,6 +193,9 @@ const recordHeader = 5
 func (t *tlsTransport) Read(p []byte) (int, error) {
 	if t.hdrN == recordHeader && t.left == 0 {
 		t.hdrN = 0
+	}
+	if t.hdrN == 0 && t.noWait && !recordBuffered(t.fd) {
+		return 0, errNoRecord
 	}
 	want := t.left
 	if t.hdrN < recordHeader {
@@ -251,17 +271,20 @@ func (w *Worker) setTicketKeys(keys [][]byte) error {
 
 // tlsHeadReady decrypts the complete records already in the socket until
 // the plaintext held holds a decided head. It reports false when the records
-// are used up first: the connection goes back to the supervisor, which
-// dispatches it again when its next record is complete. A record that does
-// not decrypt is left to the round, which fails on it.
+// are used up first, also inside crypto/tls after a record without
+// plaintext: the connection goes back to the supervisor, which dispatches it
+// again when its next record is complete. A record that does not decrypt is
+// left to the round, which fails on it.
 func (cs *connServer) tlsHeadReady() bool {
+	cs.tt.noWait, cs.tt.fd = true, cs.tfd
+	defer func() { cs.tt.noWait = false }()
 	for !headend.Decided(cs.pendingInput()) {
 		if !recordBuffered(cs.tfd) {
 			return false
 		}
 		cs.in.head(time.Now())
 		if _, err := cs.br.Peek(min(cs.pending()+1, cs.br.Size())); err != nil {
-			return true
+			return !errors.Is(err, errNoRecord)
 		}
 	}
 	return true
