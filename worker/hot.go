@@ -80,24 +80,32 @@ func (cs *connServer) tlsHotWait() hotResult {
 		return hotNothing
 	}
 	end := time.Now().Add(w.hotWindow)
-	w.hotMu.Lock()
-	w.hot[cs] = struct{}{}
-	w.hotMu.Unlock()
-	defer func() {
+	hot := func(on bool) {
 		w.hotMu.Lock()
-		delete(w.hot, cs)
+		if on {
+			w.hot[cs] = struct{}{}
+		} else {
+			delete(w.hot, cs)
+		}
 		w.hotMu.Unlock()
-	}()
+	}
 	for {
 		// Set on every pass, as decrypting moves it; a pressure notice
 		// sets its flag before moving the deadline, so one that comes
-		// after this check finds the deadline to move.
+		// after this check finds the deadline to move. The connection is
+		// registered for pressure only while it waits: a deadline moved
+		// while crypto/tls reads a record could stop it between the
+		// record's header and its body, and leave the socket off the
+		// record boundary where the dispatcher peeks.
 		cs.nc.SetReadDeadline(end)
+		hot(true)
 		if w.pressure.Load() {
+			hot(false)
 			cs.handback = proto.Handback_PRESSURE
 			return hotNothing
 		}
 		err := rc.Read(func(fd uintptr) bool { return recordBuffered(int(fd)) })
+		hot(false)
 		if err != nil {
 			cs.handback = proto.Handback_HOT_WINDOW
 			switch {

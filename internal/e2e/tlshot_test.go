@@ -192,3 +192,62 @@ func TestTLSHotRecordSplitAcrossWindow(t *testing.T) {
 		t.Errorf("%d connections accepted, want 1", n)
 	}
 }
+
+// Hot TLS connections under pressure that comes and goes all the time:
+// more clients than slots, each sending its requests one after another on
+// one connection. A pressure notice may come while a worker decrypts a
+// record it found complete; that must not stop crypto/tls between the
+// record's header and its body (the socket would be left off the record
+// boundary where the dispatcher peeks, or the read's error taken for the
+// client's end). Every request is answered and no connection is closed.
+func TestTLSHotPressureChurnClosesNothing(t *testing.T) {
+	const clients, requests = 16, 250
+	s := startTLSWith(t, "  count       = 2\n  concurrency = 4\n", "")
+	before := s.snapshot()
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		go func(i int) {
+			src := fmt.Sprintf("127.0.0.%d", 10+i)
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+			raw, err := d.Dial("tcp", s.tlsAddr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			c := tls.Client(raw, &tls.Config{ServerName: "rsa.test", InsecureSkipVerify: true})
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(60 * time.Second))
+			br := bufio.NewReader(c)
+			for n := 0; n < requests; n++ {
+				if _, err := fmt.Fprint(c, hotGet); err != nil {
+					errs <- fmt.Errorf("%s request %d: %v", src, n+1, err)
+					return
+				}
+				resp, body, err := readResponse(br, "GET")
+				if err != nil || resp.StatusCode != 200 || body != "ok\n" {
+					errs <- fmt.Errorf("%s request %d: %v %v %q", src, n+1, resp, err, body)
+					return
+				}
+			}
+			errs <- nil
+		}(i)
+	}
+	for i := 0; i < clients; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	after := s.snapshot()
+	if n := counter(t, after, "accepted") - counter(t, before, "accepted"); n != clients {
+		t.Errorf("%d connections accepted, want %d", n, clients)
+	}
+	if n := counter(t, after, "hot_requests") - counter(t, before, "hot_requests"); n == 0 {
+		t.Error("no request was served hot: the test does not test hot waits")
+	}
+	if n := counter(t, after, "handback_pressure") - counter(t, before, "handback_pressure"); n == 0 {
+		t.Error("no hot connection went back under pressure: the test does not test pressure")
+	}
+	t.Logf("%d requests, %d hot, %d pressure hand-backs", clients*requests,
+		counter(t, after, "hot_requests")-counter(t, before, "hot_requests"),
+		counter(t, after, "handback_pressure")-counter(t, before, "handback_pressure"))
+}
