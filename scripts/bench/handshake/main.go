@@ -18,7 +18,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +27,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gatehouse-dev/gatehouse/scripts/bench/internal/errkind"
 )
 
 type report struct {
@@ -80,7 +81,7 @@ func main() {
 				mu.Lock()
 				if err != nil {
 					r.Failed++
-					r.Errors[kind(err)]++
+					r.Errors[errkind.Of(err)]++
 				} else {
 					mine = append(mine, time.Since(t0))
 					r.Handshakes++
@@ -140,19 +141,4 @@ func once(addr string, cfg *tls.Config) (tls.ConnectionState, error) {
 		err = fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return tc.ConnectionState(), err
-}
-
-func kind(err error) string {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return "eof"
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return oe.Op + ": " + oe.Err.Error()
-	}
-	return err.Error()
 }

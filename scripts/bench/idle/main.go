@@ -29,6 +29,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gatehouse-dev/gatehouse/scripts/bench/internal/errkind"
 )
 
 type report struct {
@@ -65,7 +67,7 @@ func main() {
 	note := func(e error) {
 		failed.Add(1)
 		mu.Lock()
-		errs[kind(e)]++
+		errs[errkind.Of(e)]++
 		mu.Unlock()
 	}
 	jobs := make(chan int)
@@ -173,19 +175,4 @@ func main() {
 	}
 	r.Phase, r.StillOpen, r.Seconds = "done", int(still.Load()), time.Since(start).Seconds()
 	enc.Encode(r)
-}
-
-func kind(err error) string {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return "eof"
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return oe.Op + ": " + oe.Err.Error()
-	}
-	return err.Error()
 }
