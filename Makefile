@@ -3,6 +3,8 @@ GO      ?= go
 # Workers apply Landlock and capability drops to every thread through
 # AllThreadsSyscall, which cgo disables: build and test without cgo.
 export CGO_ENABLED = 0
+# pipefail: the test target tees go test's output and keeps its status.
+SHELL := /bin/bash
 BIN     := bin
 PKGS    := ./...
 FUZZTIME ?= 30s
@@ -29,11 +31,14 @@ run: build
 
 # The whole suite: unit, fuzz seeds, and end-to-end tests with real worker
 # processes on loopback. -p 1 keeps the socket-heavy packages from competing
-# for the two cores. The OpenBSD build is part of the suite.
+# for the two cores. The OpenBSD build is part of the suite. A failure's
+# lines are repeated at the end, where a long log's tail shows them.
 test: build race
 	$(GO) vet $(PKGS)
 	GOOS=openbsd $(GO) build $(PKGS)
-	$(GO) test -p 1 -count=1 -timeout 30m $(PKGS)
+	@mkdir -p $(BIN)
+	set -o pipefail; $(GO) test -p 1 -count=1 -timeout 30m $(PKGS) 2>&1 | tee $(BIN)/test.log || \
+	  { echo "== failed:"; grep -E -e '--- FAIL|^panic:|^FAIL' $(BIN)/test.log; exit 1; }
 
 # The race detector (it needs cgo and a C compiler) over RACE_PKGS.
 race:

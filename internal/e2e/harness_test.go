@@ -29,6 +29,9 @@ type harness struct {
 	// config is the configuration file, relative paths resolving against
 	// its directory; Reload reads it again.
 	config string
+	// accessLog is the access log's file when the test's configuration
+	// names none (start sends it there rather than to standard error).
+	accessLog string
 	// deaths is how many workers the test kills on purpose (expectDeaths).
 	deaths int
 	// stopped: the test stopped the supervisor itself (shutdown), whose
@@ -75,6 +78,14 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 	if err != nil {
 		tb.Fatalf("config: %v\n%s", err, src)
 	}
+	// The access log goes to a file of the test's, not to the test
+	// binary's standard error: a flood of lines there would bury the
+	// failure that go test prints at the end. A failing test shows its tail.
+	accessLog := ""
+	if cfg.Log.AccessLog && cfg.Log.AccessLogPath == "" {
+		accessLog = filepath.Join(dir, "access.log")
+		cfg.Log.AccessLogPath = accessLog
+	}
 	logs := &logBuffer{}
 	log := hclog.New(&hclog.LoggerOptions{Name: "gatehouse", Output: logs, Level: hclog.Info})
 	if len(workerArgs) == 0 {
@@ -85,7 +96,7 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 		tb.Fatalf("supervisor.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: tb, sup: sup, addr: sup.Addrs()[0].String(), logs: logs, done: make(chan error, 1), config: path}
+	h := &harness{t: tb, sup: sup, addr: sup.Addrs()[0].String(), logs: logs, done: make(chan error, 1), config: path, accessLog: accessLog}
 	go func() { h.done <- sup.Run(ctx) }()
 	tb.Cleanup(func() {
 		h.checkDeaths()
@@ -100,9 +111,25 @@ func startNoWait(tb testing.TB, body string, workerArgs ...string) *harness {
 		}
 		if tb.Failed() {
 			tb.Logf("supervisor log:\n%s", logs.String())
+			if accessLog != "" {
+				tb.Logf("access log, its last lines:\n%s", tail(accessLog, 40))
+			}
 		}
 	})
 	return h
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "")
 }
 
 // workerReadableTempDir is a temporary directory the workers' unprivileged
