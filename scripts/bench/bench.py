@@ -7,8 +7,10 @@ Starts gatehouse, a Go net/http server and nginx on 127.0.0.1, each answering
   throughput  wrk -t2 -c{64,256,1000} -d{D}s --latency, keep-alive and
               Connection: close; requests/s, p50, p99
   idle        RSS per connection while 10 000 connections are held (before
-              any request, and after one request each) and the CPU spent
-              holding them for 10 s
+              any request, and after one request each, the latter also
+              against a warm baseline: taken after a first burst of as many
+              connections was served and closed) and the CPU spent holding
+              them for 10 s
   attack      a legitimate client's success rate and p50/p99 while
               slowhttptest holds 4000 slowloris connections and 10 000 idle
               connections are held, with a generous descriptor limit and
@@ -519,13 +521,22 @@ def finish_idle(p):
 def phase_idle(args, servers, res):
     out = res.setdefault("idle", [])
     n = args.idle_conns
+    # warm: the baseline is taken after the same number of connections was
+    # opened, served once and closed, and a quiet wait. What a first burst
+    # leaves for good (code paged in, the runtime's own tables grown to the
+    # burst) is then in the baseline, and the difference is what holding
+    # the connections costs.
     for rnd in range(args.idle_rounds):
-        for request in (False, True):
+        for request, warm in ((False, False), (True, False), (True, True)):
             order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
             for s in order:
                 s.start(args.nofile, "idle")
                 try:
                     time.sleep(1)
+                    if warm:
+                        w, _ = start_idle(args, s.addr, n, True, hold=1)
+                        w.wait(timeout=60)
+                        time.sleep(args.idle_warm_quiet)
                     base_main, base_kids = s.rss()
                     p, ready = start_idle(args, s.addr, n, request, hold=120)
                     time.sleep(2)
@@ -536,7 +547,7 @@ def phase_idle(args, servers, res):
                     done = finish_idle(p)
                     opened = ready.get("opened", 0) or 0
                     r = {
-                        "server": s.name, "round": rnd, "after_request": request, "wanted": n,
+                        "server": s.name, "round": rnd, "after_request": request, "warm": warm, "wanted": n,
                         "opened": opened, "answered": ready.get("answered"), "still_open": done.get("still_open"),
                         "open_errors": ready.get("errors"),
                         "base_main_kb": base_main, "base_children_kb": base_kids,
@@ -548,8 +559,8 @@ def phase_idle(args, servers, res):
                         "alive": s.alive(),
                     }
                     out.append(r)
-                    log("idle round %d %s %s: opened %d still open %s; main %+d kB children %+d kB -> %.0f B/conn main, %.0f B/conn total; cpu %.0f ms in %ds" % (
-                        rnd, "after-request" if request else "no-request", s.name, opened, r["still_open"],
+                    log("idle round %d %s%s %s: opened %d still open %s; main %+d kB children %+d kB -> %.0f B/conn main, %.0f B/conn total; cpu %.0f ms in %ds" % (
+                        rnd, "after-request" if request else "no-request", " (warm)" if warm else "", s.name, opened, r["still_open"],
                         held_main - base_main, held_kids - base_kids, r["main_bytes_per_conn"] or 0,
                         r["total_bytes_per_conn"] or 0, r["cpu_ms"], args.idle_cpu_seconds))
                 finally:
@@ -1097,6 +1108,8 @@ def main():
     ap.add_argument("--idle-conns", type=int, default=10000)
     ap.add_argument("--idle-rounds", type=int, default=3)
     ap.add_argument("--idle-cpu-seconds", type=int, default=10)
+    ap.add_argument("--idle-warm-quiet", type=int, default=6,
+                    help="seconds of quiet between the warm-up burst and a warm baseline")
     ap.add_argument("--attack-conns", type=int, default=4000)
     ap.add_argument("--attack-seconds", type=int, default=20)
     ap.add_argument("--distributed-seconds", type=int, default=20,

@@ -249,7 +249,7 @@ def tables(res, rdir):
     idle = res.get("idle", [])
     if idle:
         with open(os.path.join(rdir, "idle.tsv"), "w") as f:
-            keys = ["server", "round", "after_request", "opened", "still_open", "base_main_kb", "base_children_kb",
+            keys = ["server", "round", "after_request", "warm", "opened", "still_open", "base_main_kb", "base_children_kb",
                     "held_main_kb", "held_children_kb", "main_bytes_per_conn", "children_bytes_per_conn",
                     "total_bytes_per_conn", "cpu_ms"]
             f.write("\t".join(keys) + "\n")
@@ -258,13 +258,15 @@ def tables(res, rdir):
         out.append("\n#### Idle connections (%d held, %d rounds; median (min–max))\n" % (res["config"]["idle_conns"], res["config"]["idle_rounds"]))
         out.append("| server | state | opened / still open | main process B/conn | workers B/conn | total B/conn | CPU ms holding them 10 s |")
         out.append("|---|---|---|---:|---:|---:|---:|")
-        for req in (False, True):
+        states = {(False, False): "no request yet", (True, False): "after one request",
+                  (True, True): "after one request, warm baseline"}
+        for (req, warm), state in states.items():
             for s in SERVERS:
-                rows = [r for r in idle if r["server"] == s and r["after_request"] == req]
+                rows = [r for r in idle if r["server"] == s and r["after_request"] == req and r.get("warm", False) == warm]
                 if not rows:
                     continue
                 out.append("| %s | %s | %s / %s | %s | %s | %s | %s |" % (
-                    LABEL[s], "after one request" if req else "no request yet",
+                    LABEL[s], state,
                     min(r["opened"] for r in rows), min((r.get("still_open") or 0) for r in rows),
                     fmt(agg([r["main_bytes_per_conn"] for r in rows])),
                     fmt(agg([r["children_bytes_per_conn"] for r in rows])) if s != "nethttp" else "–",
