@@ -44,7 +44,7 @@ var (
 		Blocks:     listenerBlocks,
 	}
 	workersSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}, {Name: "tls_max_idle_sessions"}, {Name: "max_kept_connections"}},
+		Attributes: []hcl.AttributeSchema{{Name: "count"}, {Name: "concurrency"}, {Name: "max_rounds_per_worker"}, {Name: "hot_window"}, {Name: "tls_max_idle_sessions"}, {Name: "max_kept_connections"}, {Name: "threads"}},
 	}
 	limitsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -354,6 +354,7 @@ func (d *decoder) workers(b *hcl.Block, w *Workers) {
 	durationAttr(d, attrs, "hot_window", "workers.hot_window", 0, 10*time.Second, &w.HotWindow)
 	intAttr(d, attrs, "tls_max_idle_sessions", "workers.tls_max_idle_sessions", 1, 3072, &w.TLSMaxIdleSessions)
 	intAttr(d, attrs, "max_kept_connections", "workers.max_kept_connections", 0, 1024, &w.MaxKeptConnections)
+	intAttr(d, attrs, "threads", "workers.threads", 0, 256, &w.Threads)
 	// Every kept connection and every one in flight holds a descriptor,
 	// under the worker's RLIMIT_NOFILE (4096), with room for the channel,
 	// the access log and upstream connections.

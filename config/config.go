@@ -133,6 +133,22 @@ type Workers struct {
 	// it measured no faster). A worker at the cap closes its copy instead:
 	// the supervisor's serves on.
 	MaxKeptConnections int
+	// Threads is how many threads run one worker's Go code at once
+	// (its GOMAXPROCS; 0..256, default 0: the supervisor's CPUs shared
+	// among the workers, at least one each).
+	Threads int
+}
+
+// ThreadsFor is the worker's GOMAXPROCS when the supervisor may use cpus
+// CPUs: Threads, or cpus shared among Count workers, at least one each. The
+// workers then together run as many threads as there are CPUs, as nginx's
+// single-threaded workers do, instead of each running one per CPU and
+// waking one another's idle threads for every hand-off.
+func (w Workers) ThreadsFor(cpus int) int {
+	if w.Threads > 0 {
+		return w.Threads
+	}
+	return max(1, cpus/w.Count)
 }
 
 // Pool is the number of connections that may be out at workers at once.

@@ -69,6 +69,7 @@ func TestDefaults(t *testing.T) {
 		{"workers.count", cfg.Workers.Count, 4},
 		{"workers.concurrency", cfg.Workers.Concurrency, 8},
 		{"Workers.Share", cfg.Workers.Share(), 8},
+		{"workers.threads", cfg.Workers.Threads, 0},
 		{"first_byte_timeout", cfg.Limits.FirstByteTimeout, 5 * time.Second},
 		{"keep_alive_idle_timeout", cfg.Limits.KeepAliveIdleTimeout, 15 * time.Second},
 		{"keep_alive_max_connections", cfg.Limits.KeepAliveMaxConnections, 10000},
@@ -156,6 +157,8 @@ func TestRanges(t *testing.T) {
 			func(c *Config) any { return int64(c.Workers.TLSMaxIdleSessions) }},
 		"workers.max_kept_connections": {"workers {\n  max_kept_connections = %s\n}\n" + minimal, int64(0), int64(1024),
 			func(c *Config) any { return int64(c.Workers.MaxKeptConnections) }},
+		"workers.threads": {"workers {\n  threads = %s\n}\n" + minimal, int64(0), int64(256),
+			func(c *Config) any { return int64(c.Workers.Threads) }},
 		"access_log_buffer": {"log {\n  access_log_buffer = %s\n}\n" + minimal, int64(0), int64(1 << 20),
 			func(c *Config) any { return int64(c.Log.AccessLogBuffer) }},
 		"access_log_flush": {"log {\n  access_log_flush = %s\n}\n" + minimal, 10 * time.Millisecond, time.Minute,
@@ -704,5 +707,24 @@ func TestWorkerDescriptorBudget(t *testing.T) {
 	src = "workers {\n  concurrency = 8\n  tls_max_idle_sessions = 2048\n  max_kept_connections = 1024\n}\n" + minimal
 	if _, err := Parse([]byte(src), "file.hcl", ParseOptions{SkipFSChecks: true}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A worker's threads: those set, or the CPUs shared among the workers, at
+// least one each.
+func TestThreadsFor(t *testing.T) {
+	for _, tt := range []struct{ count, threads, cpus, want int }{
+		{4, 0, 2, 1},
+		{2, 0, 2, 1},
+		{1, 0, 2, 2},
+		{2, 0, 8, 4},
+		{3, 0, 8, 2},
+		{4, 0, 1, 1},
+		{4, 3, 2, 3},
+	} {
+		w := Workers{Count: tt.count, Threads: tt.threads}
+		if got := w.ThreadsFor(tt.cpus); got != tt.want {
+			t.Errorf("count %d threads %d on %d CPUs: %d, want %d", tt.count, tt.threads, tt.cpus, got, tt.want)
+		}
 	}
 }

@@ -1679,7 +1679,9 @@ type Hello struct {
 	// private keys: a worker signs through Sign.
 	Certificates []*TLSCertificate `protobuf:"bytes,6,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	// ticket_keys are the TLS session ticket keys, the current one first.
-	TicketKeys    [][]byte `protobuf:"bytes,7,rep,name=ticket_keys,json=ticketKeys,proto3" json:"ticket_keys,omitempty"`
+	TicketKeys [][]byte `protobuf:"bytes,7,rep,name=ticket_keys,json=ticketKeys,proto3" json:"ticket_keys,omitempty"`
+	// threads is the worker's GOMAXPROCS; 0 leaves the runtime's choice.
+	Threads       uint32 `protobuf:"varint,8,opt,name=threads,proto3" json:"threads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1763,6 +1765,13 @@ func (x *Hello) GetTicketKeys() [][]byte {
 	return nil
 }
 
+func (x *Hello) GetThreads() uint32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
 // SandboxLayer reports one sandbox layer's outcome.
 type SandboxLayer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1826,9 +1835,11 @@ func (x *SandboxLayer) GetDetail() string {
 
 // Ready is the worker's answer to Hello: it is sandboxed and serving.
 type Ready struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pid           uint32                 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
-	Layers        []*SandboxLayer        `protobuf:"bytes,2,rep,name=layers,proto3" json:"layers,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pid    uint32                 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	Layers []*SandboxLayer        `protobuf:"bytes,2,rep,name=layers,proto3" json:"layers,omitempty"`
+	// threads is the worker's GOMAXPROCS once Hello was applied.
+	Threads       uint32 `protobuf:"varint,3,opt,name=threads,proto3" json:"threads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1875,6 +1886,13 @@ func (x *Ready) GetLayers() []*SandboxLayer {
 		return x.Layers
 	}
 	return nil
+}
+
+func (x *Ready) GetThreads() uint32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
 }
 
 // Dispatch hands one readable connection to a worker for one round.
@@ -2668,7 +2686,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x05level\x18\x01 \x01(\tR\x05level\"\v\n" +
 	"\tAccessLog\"\x1a\n" +
 	"\bPressure\x12\x0e\n" +
-	"\x02on\x18\x01 \x01(\bR\x02on\"\xfd\x01\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\"\x97\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\rR\bworkerId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x1f\n" +
@@ -2678,14 +2696,16 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\bbase_dir\x18\x05 \x01(\tR\abaseDir\x12@\n" +
 	"\fcertificates\x18\x06 \x03(\v2\x1c.gatehouse.v1.TLSCertificateR\fcertificates\x12\x1f\n" +
 	"\vticket_keys\x18\a \x03(\fR\n" +
-	"ticketKeys\"T\n" +
+	"ticketKeys\x12\x18\n" +
+	"\athreads\x18\b \x01(\rR\athreads\"T\n" +
 	"\fSandboxLayer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aapplied\x18\x02 \x01(\bR\aapplied\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"M\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"g\n" +
 	"\x05Ready\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\rR\x03pid\x122\n" +
-	"\x06layers\x18\x02 \x03(\v2\x1a.gatehouse.v1.SandboxLayerR\x06layers\"\xa4\x02\n" +
+	"\x06layers\x18\x02 \x03(\v2\x1a.gatehouse.v1.SandboxLayerR\x06layers\x12\x18\n" +
+	"\athreads\x18\x03 \x01(\rR\athreads\"\xa4\x02\n" +
 	"\bDispatch\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x15\n" +
 	"\x06has_fd\x18\x02 \x01(\bR\x05hasFd\x12\x1a\n" +

@@ -210,6 +210,8 @@ type WorkerInfo struct {
 	Restarts int
 	Backoff  time.Duration
 	Sandbox  []string
+	// Threads is the GOMAXPROCS its process reported when ready.
+	Threads int
 	// Exiting is true while the slot's process is gone from the loop's view
 	// (killed, or its channel closed) but not reaped yet: its death is not
 	// counted yet.
@@ -306,7 +308,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.Counters["client_penalties"] = d.penalties.penalties
 	for _, w := range d.workers {
-		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Exiting: w.state == workerDead && !w.exited}
+		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {
 			mark := "+"
 			if !l.GetApplied() {

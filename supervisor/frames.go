@@ -90,6 +90,7 @@ func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
 			return false
 		}
 		w.reportedReady = true
+		w.threads = int(b.Ready.GetThreads())
 		w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), layers...)
 		if w.state == workerDraining {
 			return true

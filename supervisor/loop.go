@@ -65,7 +65,7 @@ func (d *dispatcher) run() error {
 	d.nextPing = now.Add(pingInterval)
 	d.summary.since = now
 	d.fdBase = countOpenFDs()
-	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share)
+	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share, "worker_threads", d.cfg.Workers.ThreadsFor(runtime.GOMAXPROCS(0)))
 
 	for {
 		n, err := d.p.Wait(d.events, d.nextTimeout(d.s.now()))

@@ -217,6 +217,7 @@ type workerView struct {
 	MaxInFlight int // the worker bounds its requests by the cap it was given
 	Rounds      int64
 	IdleTLS     int
+	Threads     int
 	Body        int64
 	Write       time.Duration
 	Idle        time.Duration
@@ -238,8 +239,8 @@ type listenerAnswers struct {
 func viewOf(c *config.Config) workerView {
 	return workerView{
 		Routes: c.Routes, Concurrency: c.Workers.Concurrency, MaxInFlight: c.Limits.IPCMaxInFlightRequests, Rounds: c.Workers.MaxRoundsPerWorker,
-		IdleTLS: c.Workers.TLSMaxIdleSessions,
-		Body:    c.Limits.MaxBodyBytes, Write: c.Limits.WriteTimeout, Idle: c.Limits.KeepAliveIdleTimeout,
+		IdleTLS: c.Workers.TLSMaxIdleSessions, Threads: c.Workers.Threads,
+		Body: c.Limits.MaxBodyBytes, Write: c.Limits.WriteTimeout, Idle: c.Limits.KeepAliveIdleTimeout,
 		Sandbox: c.Sandbox, User: c.User, CORS: c.CORS, Log: c.Log, BaseDir: c.BaseDir,
 		Listeners: answersOf(c),
 	}

@@ -60,6 +60,8 @@ type workerProc struct {
 	drainDeadline time.Time
 	// reportedReady is true once the current process sent Ready.
 	reportedReady bool
+	// threads is the GOMAXPROCS the current process reported in Ready.
+	threads int
 	// handed is true once the current process was dispatched a connection.
 	handed bool
 	ch     *ipc.Conn // nil while no process is attached

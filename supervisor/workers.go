@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"runtime"
 	"slices"
 	"time"
 
@@ -90,6 +91,7 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		Config:       cfg.Source,
 		ConfigName:   cfg.Filename,
 		Concurrency:  uint32(cfg.Workers.Concurrency),
+		Threads:      uint32(cfg.Workers.ThreadsFor(runtime.GOMAXPROCS(0))),
 		BaseDir:      cfg.BaseDir,
 		Certificates: w.keys.hello(),
 		TicketKeys:   d.tickets.keys,

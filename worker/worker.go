@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,7 +184,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			if err := w.hello(b.Hello); err != nil {
 				return err
 			}
-			ready := &proto.Frame{Body: &proto.Frame_Ready{Ready: &proto.Ready{Pid: uint32(os.Getpid()), Layers: layers}}}
+			ready := &proto.Frame{Body: &proto.Frame_Ready{Ready: &proto.Ready{Pid: uint32(os.Getpid()), Layers: layers, Threads: uint32(runtime.GOMAXPROCS(0))}}}
 			if err := w.ch.Send(ready, -1); err != nil {
 				return err
 			}
@@ -297,6 +298,9 @@ func (w *Worker) hello(h *proto.Hello) error {
 		return err
 	}
 	w.conc = max(1, int(h.GetConcurrency()))
+	if t := h.GetThreads(); t > 0 {
+		runtime.GOMAXPROCS(int(t))
+	}
 	w.srv = newServers(w.conc)
 	w.hotWindow = cfg.Workers.HotWindow
 	w.hotMu.Lock()

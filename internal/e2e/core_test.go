@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -418,5 +419,35 @@ func TestLogLevelReachesWorkers(t *testing.T) {
 		}
 		bad()
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Each worker runs its Go code on workers.threads threads, or on the
+// supervisor's CPUs shared among the workers (at least one each), reports
+// it when ready, and serves so.
+func TestWorkerThreads(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       int
+	}{
+		{"set", "workers {\n  count   = 2\n  threads = 3\n}\n", 3},
+		{"shared", "workers {\n  count = 2\n}\n", max(1, runtime.GOMAXPROCS(0)/2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, tc.body)
+			cl := newClient(t, "127.0.0.2", h.addr)
+			if resp, body, err := cl.get("/ok"); err != nil || resp.StatusCode != 200 || body != "ok\n" {
+				t.Fatalf("GET /ok: %v %q", err, body)
+			}
+			ws := h.snapshot().Workers
+			if len(ws) != 2 {
+				t.Fatalf("%d workers, want 2", len(ws))
+			}
+			for _, w := range ws {
+				if w.Threads != tc.want {
+					t.Errorf("worker %d reports %d threads, want %d", w.Slot, w.Threads, tc.want)
+				}
+			}
+		})
 	}
 }

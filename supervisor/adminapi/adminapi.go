@@ -165,6 +165,9 @@ type Worker struct {
 	Restarts int    `json:"restarts"`
 	// BackoffSeconds is the delay before the slot's last respawn.
 	BackoffSeconds float64 `json:"backoff_seconds"`
+	// Threads is how many threads run its Go code at once (GOMAXPROCS),
+	// as it reported when ready; 0 before.
+	Threads int `json:"threads"`
 }
 
 // Conns is the `conns` reply.

@@ -295,7 +295,7 @@ func deathSummary(by map[string]uint64) string {
 
 func printWorkers(w io.Writer, ws []adminapi.Worker) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SLOT\tPID\tSTATE\tACTIVE\tSERVED\tRESTARTS\tBACKOFF\tSANDBOX")
+	fmt.Fprintln(tw, "SLOT\tPID\tSTATE\tTHREADS\tACTIVE\tSERVED\tRESTARTS\tBACKOFF\tSANDBOX")
 	for _, x := range ws {
 		pid := "-"
 		if x.PID != 0 {
@@ -305,11 +305,15 @@ func printWorkers(w io.Writer, ws []adminapi.Worker) error {
 		if x.BackoffSeconds > 0 {
 			backoff = time.Duration(x.BackoffSeconds * float64(time.Second)).Round(time.Millisecond).String()
 		}
+		threads := "-"
+		if x.Threads > 0 {
+			threads = fmt.Sprint(x.Threads)
+		}
 		sandbox := safeJoin(x.Sandbox)
 		if sandbox == "" {
 			sandbox = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Slot, pid, safe(x.State), x.Active, x.Served, x.Restarts, backoff, sandbox)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", x.Slot, pid, safe(x.State), threads, x.Active, x.Served, x.Restarts, backoff, sandbox)
 	}
 	return tw.Flush()
 }

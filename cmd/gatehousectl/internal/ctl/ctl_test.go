@@ -117,7 +117,7 @@ func TestStatusTable(t *testing.T) {
 		Version: "v1.2.3", PID: 42, UptimeSeconds: 125, ConfigFile: "/etc/gatehouse.hcl",
 		Listeners: []string{"127.0.0.1:8080", "[::1]:8080"}, Pool: 32, Share: 8,
 		Workers: []adminapi.Worker{
-			{Slot: 0, PID: 100, State: "ready", Sandbox: []string{"+namespace/user", "+seccomp"}, Active: 3, Served: 1000, Restarts: 2},
+			{Slot: 0, PID: 100, State: "ready", Sandbox: []string{"+namespace/user", "+seccomp"}, Active: 3, Served: 1000, Restarts: 2, Threads: 2},
 			{Slot: 1, State: "dead", Restarts: 5, BackoffSeconds: 1.6},
 		},
 		WorkerDeaths: map[string]uint64{"seccomp": 2, "protocol": 1},
@@ -143,13 +143,19 @@ func TestStatusTable(t *testing.T) {
 		}
 	}
 	lines := strings.Split(out, "\n")
-	var w1 string
+	var w0, w1 string
 	for _, l := range lines {
+		if strings.HasPrefix(l, "0 ") {
+			w0 = l
+		}
 		if strings.HasPrefix(l, "1 ") {
 			w1 = l
 		}
 	}
-	if f := strings.Fields(w1); len(f) != 8 || f[1] != "-" || f[2] != "dead" {
+	if f := strings.Fields(w0); len(f) != 10 || f[2] != "ready" || f[3] != "2" || f[4] != "3" {
+		t.Errorf("ready worker row %q: want its 2 threads and 3 active", w0)
+	}
+	if f := strings.Fields(w1); len(f) != 9 || f[1] != "-" || f[2] != "dead" || f[3] != "-" {
 		t.Errorf("dead worker row %q", w1)
 	}
 }
