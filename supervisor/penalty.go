@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"container/list"
 	"net/netip"
 	"time"
 )
@@ -21,24 +22,23 @@ type penaltyBox struct {
 	threshold int // 0: penalties off
 	duration  time.Duration
 	max       int
-	entries   map[netip.Addr]*penaltyEntry
-	// lru links the entries, most recently struck at head.
-	head, tail *penaltyEntry
+	entries   map[netip.Addr]*list.Element
+	// lru holds the *penaltyEntry values, most recently struck in front.
+	lru *list.List
 	// penalties counts the keys penalized, since start.
 	penalties uint64
 }
 
 // penaltyEntry is one client key's recent deaths and penalty.
 type penaltyEntry struct {
-	key        netip.Addr
-	deaths     []time.Time // within penaltyWindow, oldest first; fewer than threshold
-	until      time.Time   // refused until then; zero when not penalized
-	refused    uint64      // connections refused during its penalties
-	prev, next *penaltyEntry
+	key     netip.Addr
+	deaths  []time.Time // within penaltyWindow, oldest first; fewer than threshold
+	until   time.Time   // refused until then; zero when not penalized
+	refused uint64      // connections refused during its penalties
 }
 
 func newPenaltyBox(threshold int, duration time.Duration, max int) *penaltyBox {
-	b := &penaltyBox{entries: make(map[netip.Addr]*penaltyEntry)}
+	b := &penaltyBox{entries: make(map[netip.Addr]*list.Element), lru: list.New()}
 	b.configure(threshold, duration, max)
 	return b
 }
@@ -48,7 +48,7 @@ func newPenaltyBox(threshold int, duration time.Duration, max int) *penaltyBox {
 func (b *penaltyBox) configure(threshold int, duration time.Duration, max int) {
 	b.threshold, b.duration, b.max = threshold, duration, max
 	for len(b.entries) > b.max {
-		b.remove(b.tail)
+		b.remove(b.lru.Back())
 	}
 }
 
@@ -58,17 +58,17 @@ func (b *penaltyBox) strike(key netip.Addr, now time.Time) bool {
 	if b.threshold == 0 {
 		return false
 	}
-	e := b.entries[key]
-	if e == nil {
+	var e *penaltyEntry
+	if el := b.entries[key]; el != nil {
+		b.lru.MoveToFront(el)
+		e = el.Value.(*penaltyEntry)
+	} else {
 		if len(b.entries) >= b.max {
-			b.remove(b.tail)
+			b.remove(b.lru.Back())
 		}
 		e = &penaltyEntry{key: key}
-		b.entries[key] = e
-	} else {
-		b.unlink(e)
+		b.entries[key] = b.lru.PushFront(e)
 	}
-	b.pushFront(e)
 	if now.Before(e.until) {
 		return false // refused already
 	}
@@ -84,8 +84,12 @@ func (b *penaltyBox) strike(key netip.Addr, now time.Time) bool {
 
 // penalized reports whether key is refused now, counting the refusal.
 func (b *penaltyBox) penalized(key netip.Addr, now time.Time) bool {
-	e := b.entries[key]
-	if e == nil || !now.Before(e.until) {
+	el := b.entries[key]
+	if el == nil {
+		return false
+	}
+	e := el.Value.(*penaltyEntry)
+	if !now.Before(e.until) {
 		return false
 	}
 	e.refused++
@@ -115,7 +119,8 @@ type PenaltyInfo struct {
 // list returns the keys penalized now or with deaths within the window.
 func (b *penaltyBox) list(now time.Time) []PenaltyInfo {
 	var out []PenaltyInfo
-	for e := b.head; e != nil; e = e.next {
+	for el := b.lru.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*penaltyEntry)
 		rem := max(0, e.until.Sub(now))
 		n := len(e.pruned(now))
 		if rem > 0 || n > 0 {
@@ -125,32 +130,7 @@ func (b *penaltyBox) list(now time.Time) []PenaltyInfo {
 	return out
 }
 
-func (b *penaltyBox) pushFront(e *penaltyEntry) {
-	e.prev, e.next = nil, b.head
-	if b.head != nil {
-		b.head.prev = e
-	}
-	b.head = e
-	if b.tail == nil {
-		b.tail = e
-	}
-}
-
-func (b *penaltyBox) unlink(e *penaltyEntry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		b.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		b.tail = e.prev
-	}
-	e.prev, e.next = nil, nil
-}
-
-func (b *penaltyBox) remove(e *penaltyEntry) {
-	b.unlink(e)
-	delete(b.entries, e.key)
+// remove forgets the entry at el.
+func (b *penaltyBox) remove(el *list.Element) {
+	delete(b.entries, b.lru.Remove(el).(*penaltyEntry).key)
 }

@@ -70,14 +70,14 @@ func TestPenaltyBoxBounded(t *testing.T) {
 		t.Error("the least recently struck key was kept past the bound")
 	}
 	n := 0
-	for e := box.head; e != nil; e = e.next {
+	for el := box.lru.Front(); el != nil; el = el.Next() {
 		n++
 	}
 	if n != len(box.entries) {
 		t.Errorf("LRU list holds %d entries, map %d", n, len(box.entries))
 	}
 	box.configure(1, time.Hour, 3)
-	if len(box.entries) != 3 || box.tail == nil || box.tail.next != nil {
+	if len(box.entries) != 3 || box.lru.Len() != 3 {
 		t.Errorf("after lowering the bound to 3: %d entries", len(box.entries))
 	}
 	// Off: nothing is struck.

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"container/list"
 	"net/netip"
 	"time"
 
@@ -13,9 +14,9 @@ import (
 // precomputed to collide. Owned by the loop.
 type limiter struct {
 	max     int
-	buckets map[bucketKey]*bucket
-	// head is the most recently used bucket, tail the least.
-	head, tail *bucket
+	buckets map[bucketKey]*list.Element
+	// lru holds the *bucket values, the most recently used in front.
+	lru *list.List
 }
 
 type bucketKey struct {
@@ -27,14 +28,13 @@ type bucketKey struct {
 // at rate per `per`, up to burst: a quiet client's bucket is full again
 // without any timer.
 type bucket struct {
-	key        bucketKey
-	tokens     float64
-	last       time.Time
-	prev, next *bucket
+	key    bucketKey
+	tokens float64
+	last   time.Time
 }
 
 func newLimiter(max int) *limiter {
-	return &limiter{max: max, buckets: make(map[bucketKey]*bucket)}
+	return &limiter{max: max, buckets: make(map[bucketKey]*list.Element), lru: list.New()}
 }
 
 // take charges one request. It reports whether it is allowed and, if not,
@@ -42,19 +42,19 @@ func newLimiter(max int) *limiter {
 func (l *limiter) take(client netip.Addr, rl *config.RateLimit, now time.Time) (bool, time.Duration) {
 	k := bucketKey{client: client, class: rl.Name}
 	perToken := rl.Per / time.Duration(rl.Rate)
-	b := l.buckets[k]
-	if b == nil {
+	var b *bucket
+	if el := l.buckets[k]; el != nil {
+		l.lru.MoveToFront(el)
+		b = el.Value.(*bucket)
+		b.tokens = min(float64(rl.Burst), b.tokens+float64(now.Sub(b.last))/float64(perToken))
+		b.last = now
+	} else {
 		if len(l.buckets) >= l.max {
 			l.evict()
 		}
 		b = &bucket{key: k, tokens: float64(rl.Burst), last: now}
-		l.buckets[k] = b
-	} else {
-		l.unlink(b)
-		b.tokens = min(float64(rl.Burst), b.tokens+float64(now.Sub(b.last))/float64(perToken))
-		b.last = now
+		l.buckets[k] = l.lru.PushFront(b)
 	}
-	l.pushFront(b)
 	if b.tokens >= 1 {
 		b.tokens--
 		return true, 0
@@ -63,36 +63,9 @@ func (l *limiter) take(client netip.Addr, rl *config.RateLimit, now time.Time) (
 }
 
 func (l *limiter) evict() {
-	b := l.tail
-	if b == nil {
-		return
+	if el := l.lru.Back(); el != nil {
+		delete(l.buckets, l.lru.Remove(el).(*bucket).key)
 	}
-	l.unlink(b)
-	delete(l.buckets, b.key)
-}
-
-func (l *limiter) pushFront(b *bucket) {
-	b.prev, b.next = nil, l.head
-	if l.head != nil {
-		l.head.prev = b
-	} else {
-		l.tail = b
-	}
-	l.head = b
-}
-
-func (l *limiter) unlink(b *bucket) {
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		l.head = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	} else {
-		l.tail = b.prev
-	}
-	b.prev, b.next = nil, nil
 }
 
 // len is the number of buckets held.

@@ -80,23 +80,16 @@ func TestBucketsPerClientAndClass(t *testing.T) {
 func checkList(t *testing.T, l *limiter) []string {
 	t.Helper()
 	var order []string
-	var prev *bucket
 	n := 0
-	for b := l.head; b != nil; b = b.next {
-		if b.prev != prev {
-			t.Fatalf("bucket %v: prev link broken", b.key)
-		}
-		if l.buckets[b.key] != b {
+	for el := l.lru.Front(); el != nil; el = el.Next() {
+		b := el.Value.(*bucket)
+		if l.buckets[b.key] != el {
 			t.Fatalf("bucket %v on the list is not the map's", b.key)
 		}
 		order = append(order, b.key.client.String())
-		prev = b
 		if n++; n > len(l.buckets) {
 			t.Fatalf("the list is longer than the map (%d)", len(l.buckets))
 		}
-	}
-	if l.tail != prev {
-		t.Fatalf("tail is %v, want the last bucket %v", l.tail, prev)
 	}
 	if n != len(l.buckets) {
 		t.Fatalf("the list holds %d buckets, the map %d", n, len(l.buckets))
