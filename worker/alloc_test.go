@@ -273,14 +273,14 @@ func dispatchBytes(t *testing.T) []byte {
 // keep: per request (13) the parsed head (7: the Head, its Header map, the
 // values' slab, the request line's strings, the *url.URL), the
 // *http.Request, its normalised URL, its context (WithCancel, 2) and
-// WithContext's copy; per dispatch (5 more) the *os.File over the received
-// descriptor (2) and the Dispatch's peer, client key and listener name
-// strings. A small
+// WithContext's copy; per dispatch (3 more) the Dispatch's peer, client key
+// and listener name strings (a round that never waits puts the descriptor
+// under no *os.File). A small
 // static file adds net/http's ServeContent (the open file, its stat, the
 // Last-Modified and ETag values, the range parsing).
 const (
-	maxAllocsDispatchRespond = 18
-	maxAllocsDispatchStatic  = 48
+	maxAllocsDispatchRespond = 16
+	maxAllocsDispatchStatic  = 46
 	maxAllocsHotRespond      = 13
 	maxAllocsHotStatic       = 43
 )

@@ -34,9 +34,28 @@ func (cs *connServer) hotWait() hotResult {
 	if cs.tls {
 		return cs.tlsHotWait()
 	}
+	// A next request already in the socket needs no wait, and no poller
+	// (once under it, a read would wait: the registered wait below).
+	pc := cs.nc.(*plainConn)
+	if pc.f == nil {
+		pc.noWait = true
+		_, err := cs.br.Peek(1)
+		pc.noWait = false
+		switch {
+		case err == nil:
+			cs.hotNext = true
+			return hotInput
+		case !errors.Is(err, errWouldBlock):
+			cs.outcome = proto.Outcome_PEER_CLOSED
+			return hotClosed
+		}
+	}
 	// The deadline is set once, before the connection is registered: a
 	// pressure notice that finds it registered moves it to the past, and
-	// one that came earlier is seen by the check below.
+	// one that came earlier is seen by the check below. It is under the
+	// poller before it is registered, so the notice's deadline reaches the
+	// wait.
+	pc.poll()
 	cs.nc.SetReadDeadline(time.Now().Add(w.hotWindow))
 	cs.in.setLimit(nil)
 	w.hotMu.Lock()

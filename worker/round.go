@@ -64,30 +64,35 @@ func (w *Worker) serve(st *serverState, j job) {
 	disp, carried, requests := proto.Disposition_CLOSE, []byte(nil), d.GetRequests()
 	outcome := proto.Outcome_PEER_RESET
 	statuses, micros := st.statuses[:0], st.micros[:0]
-	// The descriptor is non-blocking (the supervisor accepted it so), so
-	// os.NewFile puts it under the runtime's poller with deadlines, without
-	// the extra dup and close net.FileConn would cost on every round.
-	var nc *os.File
+	// The descriptor is non-blocking (the supervisor accepted it so). A TLS
+	// connection's goes under the runtime's poller with deadlines at once
+	// (os.NewFile, without the extra dup and close net.FileConn would cost);
+	// a plain one's only if a read or write must wait (plainConn).
+	var nc clientConn
+	var tnc *os.File // a TLS connection's transport
 	var tc *tls.Conn
 	switch {
 	case k != nil && k.tc != nil:
 		// Kept for affinity: the TLS state and the plaintext held.
-		nc, tc, fd = k.nc, k.tc, k.fd
+		tnc, tc, fd = k.nc, k.tc, k.fd
 		d.Carried = k.plain
 	case k != nil:
-		// A plain connection's kept copy goes under the poller again.
+		// A plain connection's kept copy.
 		fd = k.fd
-		nc = os.NewFile(uintptr(fd), "conn")
 	case d.GetTls():
-		nc = os.NewFile(uintptr(fd), "conn")
+		tnc = os.NewFile(uintptr(fd), "conn")
 		var err error
-		if tc, outcome, err = w.handshake(d, nc); err != nil {
+		if tc, outcome, err = w.handshake(d, tnc); err != nil {
 			w.log.Debug("TLS handshake failed", "conn", d.GetConnId(), "error", err)
 		}
 		// The supervisor carries no bytes of a TLS connection.
 		d.Carried = nil
-	default:
-		nc = os.NewFile(uintptr(fd), "conn")
+	}
+	if tnc != nil {
+		nc = tnc
+	} else {
+		st.pc = plainConn{fd: fd}
+		nc = &st.pc
 	}
 	outside := false // the connection gave its slot back for a body
 	kept, pending := false, false
@@ -97,7 +102,7 @@ func (w *Worker) serve(st *serverState, j job) {
 		var cs *connServer
 		if tc != nil {
 			cs = newConnServer(&st.cs, w, tc, d)
-			cs.tls, cs.tfd, cs.tnc = true, fd, nc
+			cs.tls, cs.tfd, cs.tnc = true, fd, tnc
 			cs.tt = tc.NetConn().(*tlsTransport)
 		} else {
 			cs = newConnServer(&st.cs, w, nc, d)
@@ -114,7 +119,7 @@ func (w *Worker) serve(st *serverState, j job) {
 			// The TLS state stays here; the plaintext read ahead (part
 			// of a head, or requests past the rounds bound) with it.
 			pending = headend.Decided(carried)
-			kept = w.keep(d.GetConnId(), &keptConn{nc: nc, tc: tc, fd: fd, plain: carried})
+			kept = w.keep(d.GetConnId(), &keptConn{nc: tnc, tc: tc, fd: fd, plain: carried})
 			carried = nil
 		case tc == nil && disp == proto.Disposition_KEEP_ALIVE && !outside && !w.draining.Load():
 			// A plain connection's copy stays too (a draining worker
@@ -123,7 +128,7 @@ func (w *Worker) serve(st *serverState, j job) {
 			kept = w.keepPlain(d.GetConnId(), fd)
 		case tc != nil:
 			// close_notify, bounded like any write.
-			nc.SetWriteDeadline(time.Now().Add(w.cfg.Limits.WriteTimeout))
+			tnc.SetWriteDeadline(time.Now().Add(w.cfg.Limits.WriteTimeout))
 			tc.CloseWrite()
 		}
 		if disp == proto.Disposition_LINGER {
@@ -216,8 +221,8 @@ type connServer struct {
 	portAsked bool
 }
 
-// clientConn is a client connection with deadlines: an *os.File over the
-// received descriptor.
+// clientConn is a client connection with deadlines: a *plainConn, or a TLS
+// connection's *os.File.
 type clientConn interface {
 	io.ReadWriteCloser
 	SetReadDeadline(time.Time) error

@@ -24,7 +24,7 @@ const (
 // close-delimited body, HEAD, a small body, or a source that is not a
 // regular file.
 func (r *response) sendFile(f *os.File, n int64) (sent int64, handled bool, err error) {
-	conn, ok := r.cs.nc.(*os.File)
+	pc, ok := r.cs.nc.(*plainConn)
 	if !ok || r.err != nil || r.req.Method == http.MethodHead || n < sendfileMin {
 		return 0, false, nil
 	}
@@ -47,6 +47,8 @@ func (r *response) sendFile(f *os.File, n int64) (sent int64, handled bool, err 
 	if r.err = r.cs.bw.Flush(); r.err != nil {
 		return 0, true, r.err
 	}
+	// sendfile waits whenever the socket's buffer is full: under the poller.
+	conn := pc.poll()
 	dst, err := conn.SyscallConn()
 	if err != nil {
 		return 0, false, nil

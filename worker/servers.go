@@ -125,6 +125,7 @@ type serverState struct {
 	statuses []uint32
 	micros   []uint64
 	cs       connServer
+	pc       plainConn // the plain connection being served
 }
 
 // doneFrame returns st's Done frame, emptied, for one dispatch.

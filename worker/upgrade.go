@@ -142,7 +142,11 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	toClient = append([]byte(nil), toClient...)
 	// The round's buffers are not needed by a relay: back to the pools.
 	cs.release()
-	client, _ := cs.nc.(relayConn)
+	// A relay waits on both sides at once: the client under the poller.
+	var client relayConn
+	if pc, ok := cs.nc.(*plainConn); ok {
+		client = pc.poll()
+	}
 	upstream, _ := uc.Conn.(relayConn)
 	if client == nil || upstream == nil {
 		return
