@@ -98,7 +98,8 @@ const (
 	Handback_PRESSURE Handback = 2
 	// PARTIAL_HEAD: only part of the next head is there; it is carried.
 	Handback_PARTIAL_HEAD Handback = 3
-	// ROUNDS: the dispatch served its bound of rounds.
+	// ROUNDS: the dispatch reached a bound: 8 pipelined rounds in a row, or
+	// its age (10 s).
 	Handback_ROUNDS Handback = 4
 	// STREAM: the round was long-lived, on the stream budget
 	// (StreamStart); the dispatch ends with it.

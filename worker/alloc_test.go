@@ -59,6 +59,13 @@ type allocHarness struct {
 
 func startAllocWorker(t *testing.T, hot time.Duration) *allocHarness {
 	t.Helper()
+	return startAgedWorker(t, hot, 0)
+}
+
+// startAgedWorker is startAllocWorker with each dispatch lasting at most age
+// (0: maxDispatchAge).
+func startAgedWorker(t *testing.T, hot, age time.Duration) *allocHarness {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "small.txt"), []byte("a small static file\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -76,7 +83,7 @@ func startAllocWorker(t *testing.T, hot time.Duration) *allocHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{log: hclog.NewNullLogger(), roots: map[string]*os.Root{dir: root}}
+	w := &Worker{log: hclog.NewNullLogger(), roots: map[string]*os.Root{dir: root}, dispatchAge: age}
 	w.ch, w.calls.ch = ws, ws
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.run(nil) }()
@@ -181,7 +188,7 @@ var rights0 = unix.UnixRights(0)
 // recvRaw reads one frame's bytes from the worker (which sends no
 // descriptor on this path; read(2) takes one datagram).
 func (h *allocHarness) recvRaw() []byte {
-	n, err := unix.Read(h.super, h.rbuf)
+	n, err := ignoringEINTR(func() (int, error) { return unix.Read(h.super, h.rbuf) })
 	if err != nil || n == 0 {
 		h.t.Fatalf("receiving from the worker: %d bytes, %v", n, err)
 	}

@@ -143,13 +143,14 @@ func (st *serverState) doneFrame() (*proto.Frame, *proto.Done) {
 func newConnServer(cs *connServer, w *Worker, nc clientConn, d *proto.Dispatch) *connServer {
 	rawBuf, respHeader, pendingBuf := cs.raw.buf[:0], cs.respHeader, cs.pendingBuf[:0]
 	*cs = connServer{
-		w:        w,
-		nc:       nc,
-		d:        d,
-		accepted: time.Unix(0, d.GetAcceptedUnixNano()),
-		requests: d.GetRequests(),
-		fd:       -1,
-		listener: w.router.byListener[d.GetListenerName()],
+		w:          w,
+		nc:         nc,
+		d:          d,
+		accepted:   time.Unix(0, d.GetAcceptedUnixNano()),
+		dispatched: time.Now(),
+		requests:   d.GetRequests(),
+		fd:         -1,
+		listener:   w.router.byListener[d.GetListenerName()],
 	}
 	cs.carriedR.Reset(d.GetCarried())
 	cs.carried = &cs.carriedR

@@ -50,9 +50,12 @@ type Worker struct {
 	// up (set once by Hello); pressure is on while a connection waits for
 	// a slot somewhere; hot holds the connections in a hot wait.
 	hotWindow time.Duration
-	pressure  atomic.Bool
-	hotMu     sync.Mutex
-	hot       map[*connServer]struct{} // +checklocks:hotMu
+	// dispatchAge is how long one dispatch may last (maxDispatchAge unless
+	// a test set it before the worker ran; set once by Hello).
+	dispatchAge time.Duration
+	pressure    atomic.Bool
+	hotMu       sync.Mutex
+	hot         map[*connServer]struct{} // +checklocks:hotMu
 
 	srv  servers // set once by Hello
 	date dateCache
@@ -298,6 +301,9 @@ func (w *Worker) hello(h *proto.Hello) error {
 		return err
 	}
 	w.conc = max(1, int(h.GetConcurrency()))
+	if w.dispatchAge == 0 {
+		w.dispatchAge = maxDispatchAge
+	}
 	if t := h.GetThreads(); t > 0 {
 		runtime.GOMAXPROCS(int(t))
 	}
