@@ -227,21 +227,27 @@ class Server:
 
 class Gatehouse(Server):
     def __init__(self, port, tmp, logdir, binary, count, concurrency, name="gatehouse", per_client=65535,
-                 trusted_loopback=False, tls=None):
+                 trusted_loopback=False, tls=None, threads=0, hot_window=""):
         super().__init__(port, tmp, logdir, tls)
         self.name, self.binary = name, os.path.abspath(binary)
         self.count, self.concurrency = count, concurrency
+        self.threads, self.hot_window, self.trusted_loopback = threads, hot_window, trusted_loopback
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
         workers = ""
         if count:
-            workers = "workers {\n  count       = %d\n  concurrency = %d\n}\n" % (count, concurrency)
+            workers = "workers {\n  count       = %d\n  concurrency = %d\n" % (count, concurrency)
+            if threads:
+                workers += "  threads     = %d\n" % threads
+            if hot_window:
+                workers += '  hot_window  = "%s"\n' % hot_window
+            workers += "}\n"
         if trusted_loopback:
             # wrk's one address stands for many clients: no per-client
             # share, so hot connections are handed back only when the
-            # pool is full (the share would hand them back at 64
-            # connections, over a share of 32).
+            # pool is full (a share of a quarter of the pool would hand
+            # them back whenever wrk holds more connections than that).
             workers += 'trusted_proxies = ["127.0.0.1/32"]\n'
         tls_block = metrics = ""
         if tls:
@@ -279,9 +285,16 @@ log {
         return [self.binary, "-config", "gatehouse.hcl"], self.dir
 
     def describe(self):
-        if self.count:
-            return "workers count=%d concurrency=%d" % (self.count, self.concurrency)
-        return "workers at their defaults (count=4 concurrency=8)"
+        if not self.count:
+            return "workers at their defaults (count=4 concurrency=8)"
+        d = "workers count=%d concurrency=%d" % (self.count, self.concurrency)
+        if self.threads:
+            d += " threads=%d" % self.threads
+        if self.hot_window:
+            d += " hot_window=%s" % self.hot_window
+        if self.trusted_loopback:
+            d += ", 127.0.0.1 a trusted proxy"
+        return d
 
 
 class GatehouseProxy(Server):
@@ -761,14 +774,23 @@ def handshakes(args, s, duration):
         return {"handshakes_per_second": None, "raw": out}
 
 
+def throughput_gatehouse(args, port, tmp, logdir, name="gatehouse", tls=None):
+    """gatehouse tuned for throughput: a pool that holds every connection the
+    load opens, so that hot connections stay hot (hand-offs only when one
+    waits), and wrk's one address standing for many clients."""
+    count, conc = (0, 0) if args.throughput_workers == "default" else (
+        int(x) for x in args.throughput_workers.split("x"))
+    return Gatehouse(port, tmp, logdir, args.gatehouse, count, conc, name=name, per_client=args.per_client_cap,
+                     trusted_loopback=args.trusted_loopback, tls=tls, threads=args.threads,
+                     hot_window=args.hot_window)
+
+
 def tls_servers(args, tmp, logdir, nethttp_bin, cert):
     """The TLS phase's servers: gatehouse tuned, gatehouse as shipped, net/http, nginx."""
-    count, conc = (0, 0) if args.workers == "default" else (int(x) for x in args.workers.split("x"))
     names = args.servers.split(",")
     out = []
     if "gatehouse" in names:
-        out.append(Gatehouse(args.port_base + 10, tmp, logdir, args.gatehouse, count, conc, name="gatehouse-tls",
-                             per_client=args.per_client_cap, trusted_loopback=args.trusted_loopback, tls=cert))
+        out.append(throughput_gatehouse(args, args.port_base + 10, tmp, logdir, name="gatehouse-tls", tls=cert))
         out.append(Gatehouse(args.port_base + 11, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-4x8-tls",
                              per_client=args.per_client_cap, tls=cert))
     if "nethttp" in names:
@@ -1101,7 +1123,6 @@ def main():
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--conns", default="64,256,1000")
     ap.add_argument("--phases", default="throughput,costs,profile,idle,attack,distributed,tls,tlsprofile,ipc")
-    ap.add_argument("--workers", default="2x64", help="gatehouse workers as COUNTxCONCURRENCY, or 'default'")
     ap.add_argument("--compare-default-workers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure keep-alive throughput with gatehouse's default workers (4x8)")
     ap.add_argument("--nofile", type=int, default=0, help="servers' generous descriptor limit (default: hard limit)")
@@ -1123,8 +1144,14 @@ def main():
     ap.add_argument("--ipc-benchtime", default="2s")
     ap.add_argument("--port-base", type=int, default=18081)
     ap.add_argument("--servers", default="gatehouse,nethttp,nginx", help="which servers to measure")
-    ap.add_argument("--trusted-loopback", action="store_true",
-                    help="make 127.0.0.1 a trusted proxy for gatehouse (no per-client share for wrk's one address)")
+    ap.add_argument("--workers", default="2x64",
+                    help="gatehouse workers (COUNTxCONCURRENCY or 'default') of the idle, attack and costs phases")
+    ap.add_argument("--throughput-workers", default="2x1024",
+                    help="tuned gatehouse's workers in the throughput, profile and TLS phases")
+    ap.add_argument("--threads", type=int, default=0, help="tuned gatehouse's workers.threads (0: its default)")
+    ap.add_argument("--hot-window", default="50ms", help="tuned gatehouse's workers.hot_window ('': its default)")
+    ap.add_argument("--trusted-loopback", action=argparse.BooleanOptionalAction, default=True,
+                    help="make 127.0.0.1 a trusted proxy for tuned gatehouse (no per-client share for wrk's one address)")
     ap.add_argument("--per-client-cap", type=int, default=65535,
                     help="gatehouse's max_connections_per_client (default 65535: the load comes from one address)")
     args = ap.parse_args()
@@ -1152,15 +1179,19 @@ def main():
         count = conc = 0
     else:
         count, conc = (int(x) for x in args.workers.split("x"))
-    gh = Gatehouse(args.port_base, tmp, logdir, args.gatehouse, count, conc, per_client=args.per_client_cap,
-                   trusted_loopback=args.trusted_loopback)
+    gh = Gatehouse(args.port_base, tmp, logdir, args.gatehouse, count, conc, per_client=args.per_client_cap)
+    gt = throughput_gatehouse(args, args.port_base + 4, tmp, logdir)
     nh = NetHTTP(args.port_base + 1, tmp, logdir, nethttp_bin)
     ng = Nginx(args.port_base + 2, tmp, logdir, args.nofile)
     servers = [s for s in (gh, nh, ng) if s.name in args.servers.split(",")]
+    # the throughput rows' gatehouse is tuned for throughput; the idle,
+    # attack and costs phases keep gh, whose client caps hold wrk's address
+    tp_servers = [gt if s is gh else s for s in servers]
 
     res = {"machine": machine(), "config": {
         "rounds": args.rounds, "duration_s": args.duration, "conns": args.conns,
-        "gatehouse_workers": gh.describe(), "servers_nofile": args.nofile,
+        "gatehouse_workers": gh.describe(), "gatehouse_throughput_workers": gt.describe(),
+        "servers_nofile": args.nofile,
         "gatehouse_max_connections_per_client": args.per_client_cap,
         "gatehouse_trusted_loopback": args.trusted_loopback,
         "idle_conns": args.idle_conns, "idle_rounds": args.idle_rounds,
@@ -1182,11 +1213,11 @@ def main():
     phases = args.phases.split(",")
     try:
         if "throughput" in phases:
-            tp = servers
+            tp = tp_servers
             if args.compare_default_workers:
                 g2 = Gatehouse(args.port_base + 3, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-4x8")
                 g2.keepalive_only = True
-                tp = servers + [g2]
+                tp = tp_servers + [g2]
                 res["config"]["ports"][g2.name] = g2.port
             phase_throughput(args, tp, res)
             save()
@@ -1200,10 +1231,10 @@ def main():
             phase_distributed(args, res, tmp, logdir, nethttp_bin)
             save()
         if "costs" in phases:
-            phase_costs(args, servers, res)
+            phase_costs(args, tp_servers, res)
             save()
         if "profile" in phases:
-            phase_profile(args, gh, res)
+            phase_profile(args, gt, res)
             save()
         if "tls" in phases:
             phase_tls(args, res, tmp, logdir, nethttp_bin)
