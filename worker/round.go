@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -308,12 +307,6 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 	}
 }
 
-// dispatchSpent reports whether the dispatch has had its time
-// (maxDispatchAge) and the connection goes back.
-func (cs *connServer) dispatchSpent() bool {
-	return cs.roundStart.Sub(cs.dispatched) >= cs.w.dispatchAge
-}
-
 // round reads one request head, runs its handler and frames its response. It
 // reports whether the connection stays open, and if not, how to close it.
 func (cs *connServer) round() (keep bool, disp proto.Disposition) {
@@ -471,21 +464,6 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		return false, proto.Disposition_LINGER
 	}
 	return true, proto.Disposition_KEEP_ALIVE
-}
-
-// localPort returns the port the connection was accepted on ("" if unknown),
-// asking the kernel once per dispatch and only when a handler needs it.
-func (cs *connServer) localPort() string {
-	if !cs.portAsked && cs.fd >= 0 {
-		cs.portAsked = true
-		switch sa, _ := unix.Getsockname(cs.fd); a := sa.(type) {
-		case *unix.SockaddrInet4:
-			cs.port = strconv.Itoa(a.Port)
-		case *unix.SockaddrInet6:
-			cs.port = strconv.Itoa(a.Port)
-		}
-	}
-	return cs.port
 }
 
 // headError answers a head that could not be read, or closes quietly.

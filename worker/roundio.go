@@ -3,7 +3,10 @@ package worker
 import (
 	"bufio"
 	"io"
+	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
@@ -142,4 +145,25 @@ func (cs *connServer) headDecided() bool {
 		return headend.Decided(b)
 	}
 	return headend.Decided(cs.pendingInput())
+}
+
+// dispatchSpent reports whether the dispatch has had its time
+// (maxDispatchAge) and the connection goes back.
+func (cs *connServer) dispatchSpent() bool {
+	return cs.roundStart.Sub(cs.dispatched) >= cs.w.dispatchAge
+}
+
+// localPort returns the port the connection was accepted on ("" if unknown),
+// asking the kernel once per dispatch and only when a handler needs it.
+func (cs *connServer) localPort() string {
+	if !cs.portAsked && cs.fd >= 0 {
+		cs.portAsked = true
+		switch sa, _ := unix.Getsockname(cs.fd); a := sa.(type) {
+		case *unix.SockaddrInet4:
+			cs.port = strconv.Itoa(a.Port)
+		case *unix.SockaddrInet6:
+			cs.port = strconv.Itoa(a.Port)
+		}
+	}
+	return cs.port
 }
