@@ -232,7 +232,9 @@ class Gatehouse(Server):
         self.name, self.binary = name, os.path.abspath(binary)
         self.count, self.concurrency = count, concurrency
         self.threads, self.hot_window, self.trusted_loopback = threads, hot_window, trusted_loopback
-        self.dir = os.path.join(tmp, name)
+        # per port: two instances may share a name (the tuned throughput
+        # gatehouse reports as "gatehouse" beside the idle phase's)
+        self.dir = os.path.join(tmp, "%s-%d" % (name, port))
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
         workers = ""
