@@ -52,7 +52,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			d.pauseAccept(now, "descriptor reserve reached and no idle or incomplete connection to close")
 			return
 		}
-		fd, sa, err := accept(l.fd)
+		fd, peer, err := accept(l.fd)
 		switch err {
 		case nil:
 		case unix.EAGAIN:
@@ -73,7 +73,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			d.logLimited(hclog.Warn, "accept", "accept failed", "listener", l.name, "error", err)
 			return
 		}
-		d.admit(fd, l.id, sockaddrAddrPort(sa), proxy, tls, now)
+		d.admit(fd, l.id, peer, proxy, tls, now)
 	}
 }
 

@@ -3,6 +3,7 @@
 package supervisor
 
 import (
+	"net/netip"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -11,7 +12,7 @@ import (
 // accept takes one connection and makes it non-blocking and close-on-exec.
 // x/sys offers no accept4 here, so the two steps run under ForkLock, as the
 // standard library does, so that no fork in between inherits the descriptor.
-func accept(lfd int) (int, unix.Sockaddr, error) {
+func accept(lfd int) (int, netip.AddrPort, error) {
 	syscall.ForkLock.RLock()
 	fd, sa, err := unix.Accept(lfd)
 	if err == nil {
@@ -19,11 +20,11 @@ func accept(lfd int) (int, unix.Sockaddr, error) {
 	}
 	syscall.ForkLock.RUnlock()
 	if err != nil {
-		return -1, nil, err
+		return -1, netip.AddrPort{}, err
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
-		return -1, nil, err
+		return -1, netip.AddrPort{}, err
 	}
-	return fd, sa, nil
+	return fd, sockaddrAddrPort(sa), nil
 }

@@ -1,0 +1,65 @@
+package supervisor
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestAcceptPeerAddress: accept decodes the peer's address itself, for IPv4
+// and IPv6 clients, and hands over a non-blocking, close-on-exec socket.
+func TestAcceptPeerAddress(t *testing.T) {
+	for _, c := range []struct{ listen, from string }{
+		{"127.0.0.1:0", "127.0.0.2:0"},
+		{"[::1]:0", "[::1]:0"},
+	} {
+		ln, err := net.Listen("tcp", c.listen)
+		if err != nil {
+			if c.listen[0] == '[' {
+				t.Logf("no IPv6 loopback here: %v", err)
+				continue
+			}
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		f, err := ln.(*net.TCPListener).File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		lfd := int(f.Fd())
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(c.from)), Timeout: 5 * time.Second}
+		cc, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		var fd int
+		var peer netip.AddrPort
+		for i := 0; ; i++ {
+			fd, peer, err = accept(lfd)
+			if err != unix.EAGAIN || i == 500 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+		defer unix.Close(fd)
+		if want := cc.LocalAddr().(*net.TCPAddr).AddrPort(); peer != want {
+			t.Errorf("peer %v, want %v", peer, want)
+		}
+		fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err != nil || fl&unix.O_NONBLOCK == 0 {
+			t.Errorf("accepted socket flags %#x (%v): not non-blocking", fl, err)
+		}
+		fdfl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || fdfl&unix.FD_CLOEXEC == 0 {
+			t.Errorf("accepted socket fd flags %#x (%v): not close-on-exec", fdfl, err)
+		}
+	}
+}
