@@ -94,10 +94,6 @@ func (cs *connServer) hotWait() hotResult {
 // the TLS state, as when a dispatch ends on one.
 func (cs *connServer) tlsHotWait() hotResult {
 	w := cs.w
-	rc, err := cs.tnc.SyscallConn()
-	if err != nil {
-		return hotNothing
-	}
 	end := time.Now().Add(w.hotWindow)
 	hot := func(on bool) {
 		w.hotMu.Lock()
@@ -123,7 +119,7 @@ func (cs *connServer) tlsHotWait() hotResult {
 			cs.handback = proto.Handback_PRESSURE
 			return hotNothing
 		}
-		err := rc.Read(func(fd uintptr) bool { return recordBuffered(int(fd)) })
+		err := cs.tt.rc.Read(cs.tt.hot)
 		hot(false)
 		if err != nil {
 			cs.handback = proto.Handback_HOT_WINDOW

@@ -87,7 +87,7 @@ func (w *Worker) serve(st *serverState, j job) {
 	case d.GetTls():
 		tnc = os.NewFile(uintptr(fd), "conn")
 		var err error
-		if tc, outcome, err = w.handshake(d, tnc); err != nil {
+		if tc, outcome, err = w.handshake(d, tnc, fd); err != nil {
 			w.log.Debug("TLS handshake failed", "conn", d.GetConnId(), "error", err)
 		}
 		// The supervisor carries no bytes of a TLS connection.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
@@ -162,16 +163,35 @@ func (s *remoteSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) 
 // by record, never past the end of the record crypto/tls asked for: what
 // the worker has not read stays in the socket, starting at a record
 // boundary, where the dispatcher looks for the next complete record of a
-// parked connection.
+// parked connection. At a boundary it peeks first, and a record found whole
+// is read in one read, not a header and a body.
 type tlsTransport struct {
 	*os.File
-	hdr  [recordHeader]byte
-	hdrN int // header bytes read of the current record
-	left int // body bytes of the current record not read yet
+	fd int             // the socket, for peeks
+	rc syscall.RawConn // waits for readability under the file's deadlines
+	// The conditions of rc.Read's waits, made once: a whole record (a hot
+	// wait), and any input (a read that may wait).
+	hot, some func(uintptr) bool
+	hdr       [recordHeader]byte
+	hdrN      int // header bytes read of the current record
+	left      int // body bytes of the current record not read yet
+	// whole is the size of the next record, header included, when a peek
+	// at a record boundary found it complete in the socket; 0 otherwise.
+	whole int
 	// noWait: at a record boundary, a read finds the next record complete
-	// in the socket (fd) or fails with errNoRecord instead of waiting.
+	// in the socket or fails with errNoRecord instead of waiting.
 	noWait bool
-	fd     int
+}
+
+func newTLSTransport(f *os.File, fd int) (*tlsTransport, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	t := &tlsTransport{File: f, fd: fd, rc: rc}
+	t.hot = func(uintptr) bool { return t.buffered() }
+	t.some = func(uintptr) bool { return t.peek() != peekNothing }
+	return t, nil
 }
 
 // errNoRecord ends a read that would wait for a record. It is temporary,
@@ -190,30 +210,98 @@ func (noRecordError) Temporary() bool { return true }
 // recordHeader is a TLS record header's size.
 const recordHeader = 5
 
-func (t *tlsTransport) Read(p []byte) (int, error) {
+// recordMax bounds a record's body (TLSCiphertext.length).
+const recordMax = 1<<14 + 2048
+
+func (t *tlsTransport) boundary() bool {
 	if t.hdrN == recordHeader && t.left == 0 {
 		t.hdrN = 0
 	}
-	if t.hdrN == 0 && t.noWait && !recordBuffered(t.fd) {
-		return 0, errNoRecord
+	return t.hdrN == 0
+}
+
+func (t *tlsTransport) Read(p []byte) (int, error) {
+	if t.boundary() && t.whole == 0 {
+		if t.noWait {
+			if t.peek() != peekRecord {
+				return 0, errNoRecord
+			}
+		} else if err := t.rc.Read(t.some); err != nil {
+			// Waited for input under the deadlines: a part of a record
+			// is read as it comes.
+			return 0, err
+		}
 	}
 	want := t.left
-	if t.hdrN < recordHeader {
+	switch {
+	case t.whole > 0:
+		want = t.whole
+	case t.hdrN < recordHeader:
 		want = recordHeader - t.hdrN
 	}
 	if len(p) > want {
 		p = p[:want]
 	}
 	n, err := t.File.Read(p)
-	if t.hdrN < recordHeader {
-		copy(t.hdr[t.hdrN:], p[:n])
-		if t.hdrN += n; t.hdrN == recordHeader {
-			t.left = int(binary.BigEndian.Uint16(t.hdr[3:5]))
+	if n > 0 {
+		t.whole = 0
+	}
+	for b := p[:n]; len(b) > 0; {
+		if t.hdrN < recordHeader {
+			c := copy(t.hdr[t.hdrN:], b)
+			b = b[c:]
+			if t.hdrN += c; t.hdrN == recordHeader {
+				t.left = int(binary.BigEndian.Uint16(t.hdr[3:5]))
+			}
+			continue
 		}
-	} else {
-		t.left -= n
+		c := min(t.left, len(b))
+		t.left -= c
+		b = b[c:]
 	}
 	return n, err
+}
+
+// buffered reports whether the next record is complete in the socket (its
+// size kept in whole), or the socket has an end or an error for a read to
+// return. A record header declaring more than a record may hold counts as
+// complete, so that crypto/tls reads it and fails at once.
+func (t *tlsTransport) buffered() bool { return t.peek() == peekRecord }
+
+// peekResult is what a peek at a record boundary found.
+type peekResult uint8
+
+const (
+	peekNothing peekResult = iota // nothing yet
+	peekPartial                   // part of the next record
+	peekRecord                    // a whole record, an end or an error
+)
+
+func (t *tlsTransport) peek() peekResult {
+	if t.whole > 0 || !t.boundary() {
+		return peekRecord
+	}
+	buf := recordPeek.Get().(*[]byte)
+	defer recordPeek.Put(buf)
+	// recvmsg: the sandbox's filter allows it, recvfrom not.
+	n, _, _, _, err := unix.Recvmsg(t.fd, *buf, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	switch {
+	case err == unix.EAGAIN || err == unix.EINTR:
+		return peekNothing
+	case err != nil || n == 0:
+		return peekRecord
+	case n < recordHeader:
+		return peekPartial
+	}
+	size := int(binary.BigEndian.Uint16((*buf)[3:5]))
+	switch {
+	case size > recordMax:
+		return peekRecord
+	case n >= recordHeader+size:
+		t.whole = recordHeader + size
+		return peekRecord
+	}
+	return peekPartial
 }
 
 // The addresses are never used by crypto/tls on a server connection.
@@ -221,17 +309,21 @@ func (t *tlsTransport) LocalAddr() net.Addr  { return nil }
 func (t *tlsTransport) RemoteAddr() net.Addr { return nil }
 
 // handshake runs the server handshake of a dispatched TLS connection.
-func (w *Worker) handshake(d *proto.Dispatch, nc *os.File) (*tls.Conn, proto.Outcome, error) {
+func (w *Worker) handshake(d *proto.Dispatch, nc *os.File, fd int) (*tls.Conn, proto.Outcome, error) {
 	cfg := w.tls[d.GetListenerName()]
 	if cfg == nil {
 		return nil, proto.Outcome_BAD_REQUEST, fmt.Errorf("no TLS configuration for listener %q", d.GetListenerName())
 	}
-	tc := tls.Server(&tlsTransport{File: nc}, cfg)
+	tt, err := newTLSTransport(nc, fd)
+	if err != nil {
+		return nil, proto.Outcome_BAD_REQUEST, err
+	}
+	tc := tls.Server(tt, cfg)
 	var refused atomic.Bool
 	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), signRefusedKey{}, &refused), handshakeTimeout)
 	defer cancel()
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	err := tc.HandshakeContext(ctx)
+	err = tc.HandshakeContext(ctx)
 	nc.SetDeadline(time.Time{})
 	switch {
 	case err == nil:
@@ -276,10 +368,10 @@ func (w *Worker) setTicketKeys(keys [][]byte) error {
 // again when its next record is complete. A record that does not decrypt is
 // left to the round, which fails on it.
 func (cs *connServer) tlsHeadReady() bool {
-	cs.tt.noWait, cs.tt.fd = true, cs.tfd
+	cs.tt.noWait = true
 	defer func() { cs.tt.noWait = false }()
 	for !headend.Decided(cs.pendingInput()) {
-		if !recordBuffered(cs.tfd) {
+		if !cs.tt.buffered() {
 			return false
 		}
 		cs.in.head(time.Now())
@@ -290,18 +382,8 @@ func (cs *connServer) tlsHeadReady() bool {
 	return true
 }
 
-var recordPeek = sync.Pool{New: func() any { return make([]byte, recordHeader+1<<14+2048) }}
-
-// recordBuffered reports whether the socket fd holds a complete TLS record,
-// by the dispatcher's rule: the header peeked, and its length.
-func recordBuffered(fd int) bool {
-	buf := recordPeek.Get().([]byte)
-	defer recordPeek.Put(buf)
-	// recvmsg: the sandbox's filter allows it, recvfrom not.
-	n, _, _, _, err := unix.Recvmsg(fd, buf, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	if err != nil || n == 0 {
-		// Nothing (EAGAIN), or an end or error the round will read.
-		return err != unix.EAGAIN && err != unix.EINTR
-	}
-	return n >= recordHeader && n >= recordHeader+int(binary.BigEndian.Uint16(buf[3:5]))
-}
+// recordPeek holds the buffers of peeks, each as large as a record.
+var recordPeek = sync.Pool{New: func() any {
+	b := make([]byte, recordHeader+recordMax)
+	return &b
+}}
