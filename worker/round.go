@@ -223,6 +223,7 @@ type connServer struct {
 	tfd       int           // a TLS connection's descriptor, for peeks
 	tnc       *os.File      // a TLS connection's transport, for hot waits
 	tt        *tlsTransport // its record reader, told not to wait in tlsHeadReady
+	peek1     [1]byte       // inputEmpty's peek
 	listener  listenerHTTP  // what the connection's listener adds
 	port      string        // the local port, once asked
 	portAsked bool
@@ -453,6 +454,12 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		return false, proto.Disposition_CLOSE
 	}
 	if !rw.keep {
+		if !head.Persistent() && !head.HasBody() && cs.inputEmpty() {
+			// The client asked to close and sent nothing more: a close
+			// resets nothing, so the connection need not linger (nginx's
+			// rule too).
+			return false, proto.Disposition_CLOSE
+		}
 		return false, proto.Disposition_LINGER
 	}
 	// The body is drained exactly before the next round, or the

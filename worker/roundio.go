@@ -167,3 +167,18 @@ func (cs *connServer) localPort() string {
 	}
 	return cs.port
 }
+
+// inputEmpty reports whether the connection holds no input: none buffered
+// here and none in the socket.
+func (cs *connServer) inputEmpty() bool {
+	if cs.pending() > 0 {
+		return false
+	}
+	fd := cs.fd
+	if cs.tls {
+		fd = cs.tfd
+	}
+	// recvmsg: the sandbox's filter allows it, recvfrom not.
+	_, _, _, _, err := unix.Recvmsg(fd, cs.peek1[:], nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return err == unix.EAGAIN
+}

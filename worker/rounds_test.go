@@ -272,6 +272,35 @@ func TestRoundKeepAlive(t *testing.T) {
 	}
 }
 
+// TestRoundCloseLingersOnlyOnInput: a response to a client that asked to
+// close ends the connection at once (CLOSE) when nothing more came; with
+// input left unread the supervisor lingers (LINGER), so that closing sends
+// no reset ahead of the response.
+func TestRoundCloseLingersOnlyOnInput(t *testing.T) {
+	h := startWorker(t)
+	for _, tc := range []struct {
+		name  string
+		input string
+		want  proto.Disposition
+	}{
+		{"nothing after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", proto.Disposition_CLOSE},
+		{"bytes after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n", proto.Disposition_LINGER},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := h.connect()
+			cl.write(t, tc.input)
+			waitReadable(t, cl.fd)
+			done := h.dispatch(cl, nil)
+			if r := cl.response(t); r.StatusCode != 200 || connection(r) != "close" {
+				t.Fatalf("status %d, Connection %q; want 200, close", r.StatusCode, connection(r))
+			}
+			if done.GetDisposition() != tc.want {
+				t.Errorf("disposition %v, want %v", done.GetDisposition(), tc.want)
+			}
+		})
+	}
+}
+
 // TestRoundPipelining: requests already buffered are served in one dispatch,
 // up to the fairness bound; the rest goes back as carried bytes, which the
 // next dispatch serves first.
