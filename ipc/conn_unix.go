@@ -78,7 +78,7 @@ func (c *Conn) SendEncoded(b []byte, fd int) error {
 	}
 	var err error
 	for {
-		err = unix.Sendmsg(c.fd, b, oob, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		err = sendmsg(c.fd, b, oob, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if err != unix.EINTR {
 			break
 		}

@@ -5,10 +5,10 @@ package ipc
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/sys/unix"
@@ -17,13 +17,22 @@ import (
 // Stream is the worker's end of the channel under the Go runtime's poller.
 // Send is safe for concurrent use; Recv must be called from one goroutine.
 type Stream struct {
-	uc   *net.UnixConn
-	rbuf []byte
-	oob  []byte
-	fds  []int // descriptors of the last frame received, reused
+	uc *net.UnixConn
+	rc syscall.RawConn // the calls themselves: raw, non-blocking (recvmsg, sendmsg)
 
-	mu   sync.Mutex // guards wbuf and serialises sends
+	// Recv's state; recv is the poller's condition, made once.
+	rbuf              []byte
+	oob               []byte
+	fds               []int // descriptors of the last frame received, reused
+	rn, roobn, rflags int
+	rerr              error
+	recv              func(uintptr) bool
+
+	mu   sync.Mutex // guards the send state and serialises sends
 	wbuf []byte
+	woob []byte
+	werr error
+	send func(uintptr) bool
 }
 
 // NewStream takes ownership of f, a SEQPACKET socket (the worker's fd 3).
@@ -38,12 +47,27 @@ func NewStream(f *os.File) (*Stream, error) {
 		c.Close()
 		return nil, fmt.Errorf("ipc: channel is a %T, not a unix socket", c)
 	}
-	return &Stream{
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("ipc: channel: %w", err)
+	}
+	s := &Stream{
 		uc:   uc,
+		rc:   rc,
 		rbuf: make([]byte, MaxFrameSize+1),
 		oob:  make([]byte, unix.CmsgSpace(oobFDs*4)),
 		fds:  make([]int, 0, oobFDs),
-	}, nil
+	}
+	s.recv = func(fd uintptr) bool {
+		s.rn, s.roobn, s.rflags, s.rerr = recvmsg(int(fd), s.rbuf, s.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		return s.rerr != unix.EAGAIN && s.rerr != unix.EINTR
+	}
+	s.send = func(fd uintptr) bool {
+		s.werr = sendmsg(int(fd), s.wbuf, s.woob, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		return s.werr != unix.EAGAIN && s.werr != unix.EINTR
+	}
+	return s, nil
 }
 
 // Close closes the channel.
@@ -57,12 +81,15 @@ func (s *Stream) Send(f *proto.Frame, fd int) error {
 	if err != nil {
 		return err
 	}
-	s.wbuf = b
-	var oob []byte
+	s.wbuf, s.woob = b, nil
 	if fd >= 0 {
-		oob = unix.UnixRights(fd)
+		s.woob = unix.UnixRights(fd)
 	}
-	if _, _, err := s.uc.WriteMsgUnix(b, oob, nil); err != nil {
+	err = s.rc.Write(s.send)
+	if err == nil {
+		err = s.werr
+	}
+	if err != nil {
 		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
 			return ErrClosed
 		}
@@ -74,13 +101,19 @@ func (s *Stream) Send(f *proto.Frame, fd int) error {
 // Recv blocks for one frame, decoded into f (empty: new, or emptied by
 // Reset), and returns its descriptor or -1. The caller owns
 // a returned descriptor; on error any received descriptor is already closed.
-// The runtime's ReadMsgUnix sets MSG_CMSG_CLOEXEC on Linux.
+// Received descriptors are close-on-exec (MSG_CMSG_CLOEXEC).
 func (s *Stream) Recv(f *proto.Frame) (int, error) {
-	n, oobn, flags, _, err := s.uc.ReadMsgUnix(s.rbuf, s.oob)
+	err := s.rc.Read(s.recv)
+	if err == nil {
+		err = s.rerr
+	}
+	n, oobn, flags := s.rn, s.roobn, s.rflags
+	if err != nil {
+		oobn = 0
+	}
 	fds := parseRights(s.fds[:0], s.oob[:oobn])
-	if err != nil && !(errors.Is(err, io.EOF) && len(fds) > 0) { // a 0-byte datagram with fds is a violation, not EOF
-		closeAll(fds)
-		if errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {
+	if err != nil {
+		if errors.Is(err, unix.ECONNRESET) {
 			return -1, ErrClosed
 		}
 		return -1, fmt.Errorf("ipc: receiving frame: %w", err)

@@ -9,3 +9,9 @@ func recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err erro
 	n, oobn, recvflags, _, err = unix.Recvmsg(fd, p, oob, flags)
 	return n, oobn, recvflags, err
 }
+
+// sendmsg is sendmsg(2) to the connected peer.
+func sendmsg(fd int, p, oob []byte, flags int) error {
+	_, err := unix.SendmsgN(fd, p, oob, nil, flags)
+	return err
+}

@@ -39,7 +39,7 @@ func (c *plainConn) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		n, err := ignoringEINTR(func() (int, error) { return unix.Read(c.fd, p) })
+		n, err := ignoringEINTR(func() (int, error) { return readNB(c.fd, p) })
 		switch {
 		case err == nil && n > 0:
 			return n, nil
@@ -61,7 +61,7 @@ func (c *plainConn) Write(p []byte) (int, error) {
 	}
 	n := 0
 	for n < len(p) {
-		m, err := ignoringEINTR(func() (int, error) { return unix.Write(c.fd, p[n:]) })
+		m, err := ignoringEINTR(func() (int, error) { return writeNB(c.fd, p[n:]) })
 		if err == unix.EAGAIN {
 			break
 		}

@@ -178,7 +178,6 @@ func (cs *connServer) inputEmpty() bool {
 	if cs.tls {
 		fd = cs.tfd
 	}
-	// recvmsg: the sandbox's filter allows it, recvfrom not.
-	_, _, _, _, err := unix.Recvmsg(fd, cs.peek1[:], nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	_, err := peekNB(fd, cs.peek1[:])
 	return err == unix.EAGAIN
 }

@@ -283,8 +283,7 @@ func (t *tlsTransport) peek() peekResult {
 	}
 	buf := recordPeek.Get().(*[]byte)
 	defer recordPeek.Put(buf)
-	// recvmsg: the sandbox's filter allows it, recvfrom not.
-	n, _, _, _, err := unix.Recvmsg(t.fd, *buf, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	n, err := peekNB(t.fd, *buf)
 	switch {
 	case err == unix.EAGAIN || err == unix.EINTR:
 		return peekNothing
