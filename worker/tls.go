@@ -242,7 +242,7 @@ func (t *tlsTransport) Read(p []byte) (int, error) {
 	if len(p) > want {
 		p = p[:want]
 	}
-	n, err := t.File.Read(p)
+	n, err := t.read(p)
 	if n > 0 {
 		t.whole = 0
 	}
@@ -260,6 +260,45 @@ func (t *tlsTransport) Read(p []byte) (int, error) {
 		b = b[c:]
 	}
 	return n, err
+}
+
+// read reads what the socket holds, and waits under the file's deadlines
+// only when it holds nothing.
+func (t *tlsTransport) read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := ignoringEINTR(func() (int, error) { return readNB(t.fd, p) })
+	switch {
+	case err == nil && n > 0:
+		return n, nil
+	case err == nil:
+		return 0, io.EOF
+	case err != unix.EAGAIN:
+		return 0, &os.PathError{Op: "read", Path: "conn", Err: err}
+	}
+	return t.File.Read(p)
+}
+
+// Write writes what the socket takes at once, and waits under the file's
+// deadlines only for the rest.
+func (t *tlsTransport) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := ignoringEINTR(func() (int, error) { return writeNB(t.fd, p[n:]) })
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
+		}
+		n += m
+	}
+	if n == len(p) {
+		return n, nil
+	}
+	m, err := t.File.Write(p[n:])
+	return n + m, err
 }
 
 // buffered reports whether the next record is complete in the socket (its
