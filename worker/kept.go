@@ -25,6 +25,7 @@ type keptConn struct {
 	fd    int       // a plain connection's copy is this bare descriptor
 	tc    *tls.Conn // nil for a plain connection
 	plain []byte    // TLS plaintext read ahead
+	full  bool      // crypto/tls may hold more (deadlineReader.full)
 	id    uint64
 	prev  *keptConn // older
 	next  *keptConn // newer

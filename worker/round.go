@@ -109,6 +109,7 @@ func (w *Worker) serve(st *serverState, j job) {
 			cs = newConnServer(&st.cs, w, tc, d)
 			cs.tls, cs.tfd, cs.tnc = true, fd, tnc
 			cs.tt = tc.NetConn().(*tlsTransport)
+			cs.in.full = k != nil && k.full
 		} else {
 			cs = newConnServer(&st.cs, w, nc, d)
 			cs.fd = fd
@@ -118,13 +119,14 @@ func (w *Worker) serve(st *serverState, j job) {
 		outcome, statuses, micros, outside = cs.outcome, cs.statuses, cs.micros, cs.outside
 		st.statuses, st.micros = statuses, micros
 		handback, hot = cs.handback, cs.hotRequests
+		full := cs.in.full
 		cs.release()
 		switch {
 		case tc != nil && disp == proto.Disposition_KEEP_ALIVE && !outside:
 			// The TLS state stays here; the plaintext read ahead (part
 			// of a head, or requests past the rounds bound) with it.
 			pending = headend.Decided(carried)
-			kept = w.keep(d.GetConnId(), &keptConn{nc: tnc, tc: tc, fd: fd, plain: carried})
+			kept = w.keep(d.GetConnId(), &keptConn{nc: tnc, tc: tc, fd: fd, plain: carried, full: full})
 			carried = nil
 		case tc == nil && disp == proto.Disposition_KEEP_ALIVE && !outside && !w.draining.Load():
 			// A plain connection's copy stays too (a draining worker
@@ -274,6 +276,7 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
 		held++
+		cs.tlsPull()
 		cs.skipEmptyLines()
 		if cs.pending() == 0 {
 			if cs.dispatchSpent() {
@@ -290,7 +293,7 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 		}
 		// The next request goes through the dispatcher's rule too: the
 		// worker never waits for the rest of a head; the supervisor does.
-		if !cs.headDecided() {
+		if !cs.headDecided() && !(cs.tls && cs.in.full && cs.tlsHeadReady()) {
 			cs.handback = proto.Handback_PARTIAL_HEAD
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}

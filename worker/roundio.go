@@ -23,6 +23,11 @@ type deadlineReader struct {
 	// shortens; zero outside the head phase. A field, not a closure in
 	// limit, so that a round's head costs no allocation.
 	headEnd time.Time
+	// full: the last read filled its buffer. crypto/tls returns at most
+	// what a read asks for and keeps the rest of a record's plaintext in
+	// the TLS state, where pending() does not see it; only a read that
+	// filled its buffer can have left some there.
+	full bool
 }
 
 // head starts the head phase: 30 s from the first byte, with an inter-byte gap.
@@ -45,7 +50,9 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 	case r.limit != nil:
 		r.nc.SetReadDeadline(r.limit(time.Now()))
 	}
-	return r.nc.Read(p)
+	n, err := r.nc.Read(p)
+	r.full = n > 0 && n == len(p)
+	return n, err
 }
 
 func earliest(a, b time.Time) time.Time {

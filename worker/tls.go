@@ -399,17 +399,20 @@ func (w *Worker) setTicketKeys(keys [][]byte) error {
 	return nil
 }
 
-// tlsHeadReady decrypts the complete records already in the socket until
-// the plaintext held holds a decided head. It reports false when the records
-// are used up first, also inside crypto/tls after a record without
-// plaintext: the connection goes back to the supervisor, which dispatches it
-// again when its next record is complete. A record that does not decrypt is
-// left to the round, which fails on it.
+// tlsHeadReady decrypts the plaintext crypto/tls still holds and the
+// complete records already in the socket until the plaintext held holds a
+// decided head. It reports false when they are used up first, also inside
+// crypto/tls after a record without plaintext: the connection goes back to
+// the supervisor, which dispatches it again when its next record is
+// complete. A record that does not decrypt is left to the round, which
+// fails on it.
 func (cs *connServer) tlsHeadReady() bool {
 	cs.tt.noWait = true
 	defer func() { cs.tt.noWait = false }()
 	for !headend.Decided(cs.pendingInput()) {
-		if !cs.tt.buffered() {
+		// With plaintext perhaps held inside crypto/tls, its read finds it,
+		// or at a record boundary a complete record or errNoRecord.
+		if !cs.in.full && !cs.tt.buffered() {
 			return false
 		}
 		cs.in.head(time.Now())
@@ -425,3 +428,16 @@ var recordPeek = sync.Pool{New: func() any {
 	b := make([]byte, recordHeader+recordMax)
 	return &b
 }}
+
+// tlsPull moves into the reader the plaintext crypto/tls may still hold
+// after a read that filled its buffer (a full-size record read into a
+// partly filled reader), so that pending() counts it: a connection whose
+// next request is already decrypted must not wait for the socket.
+func (cs *connServer) tlsPull() {
+	if !cs.tls || !cs.in.full || cs.br.Buffered() == cs.br.Size() {
+		return
+	}
+	cs.tt.noWait = true
+	cs.br.Peek(cs.br.Buffered() + 1)
+	cs.tt.noWait = false
+}

@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -250,4 +252,64 @@ func TestTLSHotPressureChurnClosesNothing(t *testing.T) {
 	t.Logf("%d requests, %d hot, %d pressure hand-backs", clients*requests,
 		counter(t, after, "hot_requests")-counter(t, before, "hot_requests"),
 		counter(t, after, "handback_pressure")-counter(t, before, "handback_pressure"))
+}
+
+// crypto/tls returns at most what a read asks for and keeps the rest of a
+// record's plaintext in the TLS state, out of the worker's reader. Here a
+// partial head is held when a full-size record arrives, so the reader has
+// room for all but the head's length of it: the end of the last request
+// stays inside crypto/tls. Every request is answered; none waits for input
+// that was already decrypted. With 12 requests in the record, more than a
+// dispatch serves in a row, the rest goes back and comes again by affinity.
+func TestTLSPlaintextHeldInsideCryptoTLS(t *testing.T) {
+	for _, later := range []int{4, 12} {
+		t.Run(fmt.Sprint(later), func(t *testing.T) { tlsPlaintextHeld(t, later) })
+	}
+}
+
+func tlsPlaintextHeld(t *testing.T, later int) {
+	s := startTLSWith(t, "", "")
+	raw := &holdConn{Conn: dialFrom(t, "127.0.0.2", s.tlsAddr)}
+	c := tls.Client(raw, &tls.Config{ServerName: "rsa.test", InsecureSkipVerify: true,
+		// full-size records from the first byte
+		DynamicRecordSizingDisabled: true})
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	hc := &tlsHotClient{t: t, raw: raw, c: c, br: bufio.NewReader(c)}
+	hc.get("request 1")
+
+	const recordMax = 16 << 10
+	partial := "GET /ok HTTP/1.1\r\nHost: rsa.test\r\n" // its head ends in the next record
+	next := "\r\n"
+	for i := 0; i < later; i++ {
+		req := "GET /ok HTTP/1.1\r\nHost: rsa.test\r\nX-Pad: "
+		pad := (recordMax-2)/later - len(req) - 4
+		if i == later-1 {
+			pad = recordMax - len(next) - len(req) - 4
+		}
+		next += req + strings.Repeat("p", pad) + "\r\n\r\n"
+	}
+	if len(next) != recordMax {
+		t.Fatalf("the second record's plaintext is %d bytes, want %d", len(next), recordMax)
+	}
+	// Both records in one write: the second is complete in the socket when
+	// the first's partial head is read.
+	raw.holding = true
+	io.WriteString(c, partial)
+	io.WriteString(c, next)
+	raw.holding = false
+	held := raw.held
+	first := 5 + int(binary.BigEndian.Uint16(held[3:5]))
+	if len(held) < first+5 || len(held) != first+5+int(binary.BigEndian.Uint16(held[first+3:first+5])) {
+		t.Fatalf("the two writes are not two records: %d bytes, first %d", len(held), first)
+	}
+	if _, err := raw.Conn.Write(held); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := 0; i < 1+later; i++ {
+		hc.read(fmt.Sprintf("pipelined request %d of %d", i+1, 1+later))
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	hc.get("a request after them")
 }
