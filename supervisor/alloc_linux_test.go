@@ -200,6 +200,9 @@ func recvmsgRaw(fd int, p, oob []byte) (n, oobn int, err error) {
 	msg.SetIovlen(1)
 	msg.SetControllen(len(oob))
 	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	for e == unix.EINTR { // the receive timeout makes it interruptible
+		r, _, e = unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	}
 	if e != 0 {
 		return 0, 0, e
 	}

@@ -127,6 +127,8 @@ func startAgedWorker(t *testing.T, hot, age time.Duration) *allocHarness {
 	}
 	t.Cleanup(func() { unix.Close(h.client); unix.Close(h.server) })
 	// A bounded receive: a broken worker fails the test instead of hanging it.
+	// A receive timeout makes a read interruptible by the runtime's signals
+	// (SA_RESTART does not apply), so every read on these retries EINTR.
 	tv := unix.NsecToTimeval(roundWait.Nanoseconds())
 	for _, fd := range []int{h.super, h.client} {
 		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
@@ -228,7 +230,7 @@ func (h *allocHarness) round(req, dispatch []byte, respLen int) {
 func (h *allocHarness) readResponse(n int) {
 	buf := h.rbuf[:n]
 	for got := 0; got < n; {
-		m, err := unix.Read(h.client, buf[got:])
+		m, err := ignoringEINTR(func() (int, error) { return unix.Read(h.client, buf[got:]) })
 		if err != nil || m <= 0 {
 			h.t.Fatalf("reading the response: %d of %d bytes, %v", got, n, err)
 		}
@@ -253,7 +255,7 @@ func (h *allocHarness) responseLen(req, dispatch []byte) int {
 	buf := make([]byte, 4096)
 	unix.SetNonblock(h.client, true)
 	defer unix.SetNonblock(h.client, false)
-	n, err := unix.Read(h.client, buf)
+	n, err := ignoringEINTR(func() (int, error) { return unix.Read(h.client, buf) })
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestHotDispatchAgeBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		fds := []unix.PollFd{{Fd: int32(h.client), Events: unix.POLLIN}, {Fd: int32(h.super), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, int(roundWait.Milliseconds())); err != nil {
+		if _, err := ignoringEINTR(func() (int, error) { return unix.Poll(fds, int(roundWait.Milliseconds())) }); err != nil {
 			t.Fatal(err)
 		}
 		switch {
