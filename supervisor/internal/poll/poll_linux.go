@@ -183,9 +183,9 @@ func (p *Poller) Wait(events []Event, timeout time.Duration) (int, error) {
 
 // epollWaitNB is epoll_wait(2) with a zero timeout. It never blocks, so it
 // is a raw call: a call made as one that may block costs the runtime's
-// bookkeeping, and wakes its monitor when that sleeps (the whole process was
-// idle), which then polls every 20 µs for a while. Under a load of TLS
-// handshakes that cost the supervisor more than its waits (measured).
+// bookkeeping, and wakes its monitor thread when that sleeps (the whole
+// process was idle), which then polls every 20 µs for a while
+// (docs/DESIGN.md §2.0).
 func epollWaitNB(epfd int, buf []unix.EpollEvent) (int, error) {
 	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(len(buf)), 0, 0, 0)
 	if e != 0 {
