@@ -120,11 +120,12 @@ func (d *dispatcher) keeperDeadline() time.Time {
 	return next
 }
 
-// keptBy records that w keeps a copy of c after its round. w.kept counts
-// the plain ones.
+// keptBy records that w keeps a copy of c after its round.
 func (d *dispatcher) keptBy(c *conn, w *workerProc) {
 	c.kept = w
-	if !c.tls {
+	if c.tls {
+		w.keptTLS++
+	} else {
 		w.kept++
 	}
 }
@@ -134,6 +135,7 @@ func (d *dispatcher) keptBy(c *conn, w *workerProc) {
 func (d *dispatcher) takeKept(c *conn) {
 	if c.tls {
 		d.c.tlsAffinity++
+		c.kept.keptTLS--
 	} else {
 		d.c.affinity++
 		c.kept.kept--
@@ -150,7 +152,9 @@ func (d *dispatcher) forget(c *conn) {
 		return
 	}
 	c.kept = nil
-	if !c.tls {
+	if c.tls {
+		w.keptTLS--
+	} else {
 		w.kept--
 	}
 	if w.ch != nil && w.state != workerDead {
