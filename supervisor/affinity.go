@@ -120,12 +120,11 @@ func (d *dispatcher) keeperDeadline() time.Time {
 	return next
 }
 
-// keptBy records that w keeps a copy of c after its round.
+// keptBy records that w keeps a copy of c after its round. w.kept counts
+// the plain ones.
 func (d *dispatcher) keptBy(c *conn, w *workerProc) {
 	c.kept = w
-	if c.tls {
-		w.keptTLS++
-	} else {
+	if !c.tls {
 		w.kept++
 	}
 }
@@ -135,7 +134,6 @@ func (d *dispatcher) keptBy(c *conn, w *workerProc) {
 func (d *dispatcher) takeKept(c *conn) {
 	if c.tls {
 		d.c.tlsAffinity++
-		c.kept.keptTLS--
 	} else {
 		d.c.affinity++
 		c.kept.kept--
@@ -152,9 +150,7 @@ func (d *dispatcher) forget(c *conn) {
 		return
 	}
 	c.kept = nil
-	if c.tls {
-		w.keptTLS--
-	} else {
+	if !c.tls {
 		w.kept--
 	}
 	if w.ch != nil && w.state != workerDead {

@@ -308,13 +308,20 @@ func TestAffinityForgetOnPenalty(t *testing.T) {
 	}
 	h.keptBy(keeper.slot, 1)
 	// The same client's other connection is at the other worker when it
-	// dies: one death is the threshold. It goes there because, both
-	// workers free, the other keeps fewer connections.
+	// dies: one death is the threshold. Ties go to the first worker: if
+	// that is the keeper, another client's connection fills it first.
+	if keeper == h.workers[0] {
+		y := h.dial("127.0.0.5")
+		h.send(y)
+		if p, _, _ := h.keeping(h.workers); p != keeper {
+			t.Fatal("the filler went to the other worker")
+		}
+	}
 	x := h.dial("127.0.0.2")
 	h.send(x)
 	other, _, _ := h.keeping(h.workers)
 	if other == keeper {
-		t.Fatal("the second connection went to the keeper")
+		t.Fatal("the second connection went to the busy keeper")
 	}
 	other.Close()
 	h.waitFor("the client penalized", func(s Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
@@ -326,27 +333,5 @@ func TestAffinityForgetOnPenalty(t *testing.T) {
 	}
 	if _, closed := closedByPeer(a); !closed {
 		t.Error("the penalized client's kept connection is still open")
-	}
-}
-
-// Between two workers with as many free slots, a new connection goes to the
-// one keeping fewer parked connections: the first worker (the first pick of
-// a tie) keeps one, so the next connection goes to the second.
-func TestNewConnectionToWorkerKeepingFewer(t *testing.T) {
-	h := startLoop(t, affinityConfig(2, 2, ""))
-	a := h.dial("127.0.0.2")
-	h.send(a)
-	p, id, _ := h.keeping(h.workers)
-	if p != h.workers[0] {
-		t.Fatalf("first connection at worker %d, want the first", p.slot)
-	}
-	if err := p.Done(keptDone(id, 1)); err != nil {
-		t.Fatal(err)
-	}
-	h.keptBy(p.slot, 1)
-	b := h.dial("127.0.0.3")
-	h.send(b)
-	if q, _, _ := h.keeping(h.workers); q != h.workers[1] {
-		t.Fatalf("second connection at worker %d, want the one keeping none", q.slot)
 	}
 }

@@ -203,10 +203,9 @@ type WorkerInfo struct {
 	PID    int
 	State  string
 	Active int
-	// Kept is how many parked plain connections' descriptors it keeps
-	// (affinity), and KeptTLS how many parked TLS connections' states.
+	// Kept is how many parked connections' descriptors it keeps
+	// (affinity).
 	Kept     int
-	KeptTLS  int
 	Served   uint64
 	Restarts int
 	Backoff  time.Duration
@@ -309,7 +308,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.Counters["client_penalties"] = d.penalties.penalties
 	for _, w := range d.workers {
-		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, KeptTLS: w.keptTLS, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
+		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {
 			mark := "+"
 			if !l.GetApplied() {

@@ -48,10 +48,7 @@ func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
 	}
 }
 
-// pickWorker returns the ready worker with the most free slots, or nil; of
-// two with as many, the one keeping fewer parked connections, so that idle
-// connections, and the TLS ones under each worker's
-// workers.tls_max_idle_sessions, spread evenly.
+// pickWorker returns the ready worker with the most free slots, or nil.
 func (d *dispatcher) pickWorker() *workerProc {
 	if d.stopping || d.out >= d.pool {
 		return nil
@@ -61,8 +58,7 @@ func (d *dispatcher) pickWorker() *workerProc {
 		if w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
 			continue
 		}
-		if best == nil || w.active < best.active ||
-			w.active == best.active && w.kept+w.keptTLS < best.kept+best.keptTLS {
+		if best == nil || w.active < best.active {
 			best = w
 		}
 	}

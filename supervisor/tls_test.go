@@ -13,7 +13,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -187,57 +186,5 @@ func TestTicketKeysRotate(t *testing.T) {
 	plain.rotateTickets(start)
 	if len(plain.tickets.keys) != 0 || !plain.ticketDeadline().IsZero() {
 		t.Errorf("without TLS: keys %x", plain.tickets.keys)
-	}
-}
-
-// A worker's kept TLS connections are counted (kept_tls), and a new
-// connection goes to the worker keeping fewer when both have as many free
-// slots; the count falls when the supervisor closes a kept connection.
-func TestKeptTLSCountedAndSpread(t *testing.T) {
-	dir := t.TempDir()
-	writeKeyPair(t, dir, "ec.test", false)
-	h := startLoop(t, baseConfig(2, 4, fmt.Sprintf(`
-listener "https" {
-  address = "127.0.0.1:0"
-  tls {
-    certificate "ec" {
-      cert = %q
-      key  = %q
-    }
-  }
-}
-`, filepath.Join(dir, "ec.test.pem"), filepath.Join(dir, "ec.test.key"))))
-	addr := h.s.Addrs()[1]
-	// A complete handshake record is all the dispatcher waits for.
-	hello := []byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0}
-	dialTLS := func(from string) *net.TCPConn {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: frameWait}
-		c, err := d.Dial("tcp", addr.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		if _, err := c.Write(hello); err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.TCPConn)
-	}
-	a := dialTLS("127.0.0.2")
-	p, id, _ := h.keeping(h.workers)
-	if p != h.workers[0] {
-		t.Fatalf("first connection at worker %d, want the first", p.slot)
-	}
-	if err := p.Done(keptDone(id, 1)); err != nil {
-		t.Fatal(err)
-	}
-	h.waitFor("one TLS connection kept", func(s Snapshot) bool { return s.Workers[0].KeptTLS == 1 && s.AtWorkers == 0 })
-	dialTLS("127.0.0.3")
-	if q, _, _ := h.keeping(h.workers); q != h.workers[1] {
-		t.Fatalf("second connection at worker %d, want the one keeping none", q.slot)
-	}
-	a.Close()
-	h.forgotten(p, id)
-	if s := h.snapshot(); s.Workers[0].KeptTLS != 0 || s.Workers[0].Kept != 0 {
-		t.Errorf("worker 0 keeps %d TLS and %d plain connections after the close, want none", s.Workers[0].KeptTLS, s.Workers[0].Kept)
 	}
 }

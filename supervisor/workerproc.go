@@ -71,8 +71,7 @@ type workerProc struct {
 	wantOut bool
 
 	active   int    // connections out at this worker
-	kept     int    // parked plain connections whose copy it keeps (conn.kept)
-	keptTLS  int    // parked TLS connections whose state it keeps
+	kept     int    // parked connections whose copy it keeps (conn.kept)
 	served   uint64 // requests answered, over every process of the slot
 	rounds   uint64 // rounds of the current process
 	restarts int

@@ -164,7 +164,7 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		dropOut(w)
 		d.releaseUpstreams(w, now)
 		var held []lostConn
-		w.kept, w.keptTLS = 0, 0
+		w.kept = 0
 		for c := range d.conns.all() {
 			if c.kept == w {
 				// Its copy died with w; the supervisor's serves on,

@@ -158,10 +158,9 @@ type Worker struct {
 	Sandbox []string `json:"sandbox"`
 	// Active is how many connections are out at the worker now.
 	Active int `json:"active"`
-	// Kept is how many parked plain connections' descriptors it keeps
-	// (affinity), and KeptTLS how many parked TLS connections' states.
+	// Kept is how many parked connections' descriptors it keeps
+	// (affinity).
 	Kept     int    `json:"kept"`
-	KeptTLS  int    `json:"kept_tls"`
 	Served   uint64 `json:"served"`
 	Restarts int    `json:"restarts"`
 	// BackoffSeconds is the delay before the slot's last respawn.
