@@ -53,7 +53,7 @@ func workersOf(snap Snapshot) []adminapi.Worker {
 	for _, w := range snap.Workers {
 		out = append(out, adminapi.Worker{
 			Slot: w.Slot, PID: w.PID, State: w.State, Sandbox: append([]string{}, w.Sandbox...),
-			Active: w.Active, Kept: w.Kept, Served: w.Served, Restarts: w.Restarts, BackoffSeconds: w.Backoff.Seconds(), Threads: w.Threads,
+			Active: w.Active, Kept: w.Kept, TLS: w.TLS, Served: w.Served, Restarts: w.Restarts, BackoffSeconds: w.Backoff.Seconds(), Threads: w.Threads,
 		})
 	}
 	return out

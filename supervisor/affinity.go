@@ -84,7 +84,7 @@ func (d *dispatcher) nextWaiting(now time.Time) *conn {
 	if d.stopping || d.out >= d.pool {
 		return nil
 	}
-	free := d.pickWorker() != nil
+	free := d.pickWorker(false) != nil
 	i := 0
 	for c := d.waiting.first(); c != nil && i < waitScan; c, i = d.waiting.next(c), i+1 {
 		switch {
@@ -102,7 +102,7 @@ func (d *dispatcher) nextWaiting(now time.Time) *conn {
 // keeperDeadline is when a plain connection in the pool's queue may next
 // move to a free worker (zero: none may), so the loop wakes for it.
 func (d *dispatcher) keeperDeadline() time.Time {
-	if d.waiting.first() == nil || !d.keepsPlain() || d.pickWorker() == nil {
+	if d.waiting.first() == nil || !d.keepsPlain() || d.pickWorker(false) == nil {
 		return time.Time{}
 	}
 	next := farFuture
@@ -121,10 +121,12 @@ func (d *dispatcher) keeperDeadline() time.Time {
 }
 
 // keptBy records that w keeps a copy of c after its round. w.kept counts
-// the plain ones.
+// the plain ones, w.tls the TLS ones (with those out at w).
 func (d *dispatcher) keptBy(c *conn, w *workerProc) {
 	c.kept = w
-	if !c.tls {
+	if c.tls {
+		w.tls++
+	} else {
 		w.kept++
 	}
 }
@@ -134,6 +136,7 @@ func (d *dispatcher) keptBy(c *conn, w *workerProc) {
 func (d *dispatcher) takeKept(c *conn) {
 	if c.tls {
 		d.c.tlsAffinity++
+		c.kept.tls--
 	} else {
 		d.c.affinity++
 		c.kept.kept--
@@ -150,7 +153,9 @@ func (d *dispatcher) forget(c *conn) {
 		return
 	}
 	c.kept = nil
-	if !c.tls {
+	if c.tls {
+		w.tls--
+	} else {
 		w.kept--
 	}
 	if w.ch != nil && w.state != workerDead {

@@ -203,9 +203,11 @@ type WorkerInfo struct {
 	PID    int
 	State  string
 	Active int
-	// Kept is how many parked connections' descriptors it keeps
-	// (affinity).
+	// Kept is how many parked plain connections' descriptors it keeps
+	// (affinity), and TLS how many TLS connections' state it holds, out
+	// at it or parked.
 	Kept     int
+	TLS      int
 	Served   uint64
 	Restarts int
 	Backoff  time.Duration
@@ -308,7 +310,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.Counters["client_penalties"] = d.penalties.penalties
 	for _, w := range d.workers {
-		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
+		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, TLS: w.tls, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {
 			mark := "+"
 			if !l.GetApplied() {

@@ -26,7 +26,7 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 		d.c.shareWaits++
 		return
 	}
-	w := d.pickWorker()
+	w := d.pickWorker(c.tls && c.kept == nil)
 	if c.kept != nil {
 		w = d.affine(c, w, now)
 	}
@@ -48,18 +48,24 @@ func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
 	}
 }
 
-// pickWorker returns the ready worker with the most free slots, or nil.
-func (d *dispatcher) pickWorker() *workerProc {
+// pickWorker returns the ready worker with the most free slots, or nil. A
+// new TLS connection (newTLS) goes to one that can hold its state under
+// workers.tls_max_idle_sessions, if any can: a worker over that cap closes
+// its oldest idle TLS connection, which must not happen while another
+// worker has room.
+func (d *dispatcher) pickWorker(newTLS bool) *workerProc {
 	if d.stopping || d.out >= d.pool {
 		return nil
 	}
 	var best *workerProc
+	bestRoom := false
 	for _, w := range d.workers {
 		if w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
 			continue
 		}
-		if best == nil || w.active < best.active {
-			best = w
+		room := newTLS && w.tls < w.spec.cfg.Workers.TLSMaxIdleSessions
+		if best == nil || room && !bestRoom || room == bestRoom && w.active < best.active {
+			best, bestRoom = w, room
 		}
 	}
 	return best
@@ -74,6 +80,9 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	c.worker = w
 	w.handed = true
 	w.active++
+	if c.tls {
+		w.tls++
+	}
 	c.client.out++
 	d.out++
 	d.c.dispatches++
@@ -107,6 +116,9 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 
 // release gives back the slots a connection held at its worker.
 func (d *dispatcher) release(c *conn) {
+	if c.tls {
+		c.worker.tls--
+	}
 	if d.releaseBody(c) || d.releaseStream(c) {
 		return
 	}

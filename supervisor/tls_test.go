@@ -13,8 +13,10 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,4 +189,84 @@ func TestTicketKeysRotate(t *testing.T) {
 	if len(plain.tickets.keys) != 0 || !plain.ticketDeadline().IsZero() {
 		t.Errorf("without TLS: keys %x", plain.tickets.keys)
 	}
+}
+
+// A new TLS connection goes to a worker that can hold its state under
+// workers.tls_max_idle_sessions, before one with more free slots that
+// cannot: that one would close its oldest idle TLS connection to keep it.
+// The per-worker count of TLS states held rises at the dispatch and falls
+// when the supervisor closes a kept connection or a worker returns one
+// closed.
+func TestNewTLSConnectionToWorkerWithRoom(t *testing.T) {
+	dir := t.TempDir()
+	writeKeyPair(t, dir, "ec.test", false)
+	src := baseConfig(2, 4, fmt.Sprintf(`
+listener "https" {
+  address = "127.0.0.1:0"
+  tls {
+    certificate "ec" {
+      cert = %q
+      key  = %q
+    }
+  }
+}
+`, filepath.Join(dir, "ec.test.pem"), filepath.Join(dir, "ec.test.key")))
+	h := startLoop(t, strings.Replace(src, "}\nroute", "  tls_max_idle_sessions = 1\n}\nroute", 1))
+	addr := h.s.Addrs()[1]
+	// A complete handshake record is all the dispatcher waits for.
+	hello := []byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0}
+	dialTLS := func(from string) *net.TCPConn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: frameWait}
+		c, err := d.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write(hello); err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.TCPConn)
+	}
+	w0, w1 := h.workers[0], h.workers[1]
+	at := func(want *fakeProc, what string) uint64 {
+		t.Helper()
+		p, id, _ := h.keeping(h.workers)
+		if p != want {
+			t.Fatalf("%s at worker %d, want %d", what, p.slot, want.slot)
+		}
+		return id
+	}
+
+	// Both workers free: a tie goes to the first.
+	a := dialTLS("127.0.0.2")
+	idA := at(w0, "the first TLS connection")
+	if err := w0.Done(keptDone(idA, 1)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("worker 0 keeping one TLS connection", func(s Snapshot) bool {
+		return s.Workers[0].TLS == 1 && s.AtWorkers == 0
+	})
+	// Worker 0 ends with more free slots than worker 1.
+	b := h.dial("127.0.0.3")
+	h.send(b)
+	idB := at(w0, "the first plain connection")
+	c := h.dial("127.0.0.4")
+	h.send(c)
+	at(w1, "the second plain connection")
+	if err := w0.Done(done(idB, 1, proto.Disposition_CLOSE)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("worker 0 free", func(s Snapshot) bool { return s.Workers[0].Active == 0 && s.Workers[1].Active == 1 })
+
+	dialTLS("127.0.0.5")
+	idD := at(w1, "the TLS connection over worker 0's cap")
+	if s := h.snapshot(); s.Workers[0].TLS != 1 || s.Workers[1].TLS != 1 {
+		t.Fatalf("TLS states held %d and %d, want 1 and 1", s.Workers[0].TLS, s.Workers[1].TLS)
+	}
+	if err := w1.Done(done(idD, 1, proto.Disposition_CLOSE)); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	h.forgotten(w0, idA)
+	h.waitFor("no TLS state held", func(s Snapshot) bool { return s.Workers[0].TLS == 0 && s.Workers[1].TLS == 0 })
 }

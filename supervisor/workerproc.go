@@ -70,8 +70,11 @@ type workerProc struct {
 	// (and not readability) to flush outq.
 	wantOut bool
 
-	active   int    // connections out at this worker
-	kept     int    // parked connections whose copy it keeps (conn.kept)
+	active int // connections out at this worker
+	kept   int // parked plain connections whose copy it keeps (conn.kept)
+	// tls is how many TLS connections' state it holds: out at it, or
+	// parked with it as their keeper.
+	tls      int
 	served   uint64 // requests answered, over every process of the slot
 	rounds   uint64 // rounds of the current process
 	restarts int

@@ -171,6 +171,7 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 				// unless w held its TLS state.
 				c.kept = nil
 				if c.tls {
+					w.tls--
 					d.closeConn(c)
 				}
 				continue

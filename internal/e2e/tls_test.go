@@ -554,3 +554,49 @@ func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 		t.Errorf("the parked plain connection: %v %v %q", resp, err, body)
 	}
 }
+
+// New TLS connections go to a worker that can keep them idle under
+// workers.tls_max_idle_sessions: four idle connections opened one after
+// another, two per worker at a cap of two, all stay open and serve a second
+// request (placed by free slots alone, the idle first worker would take
+// them all and close the oldest two).
+func TestTLSIdleSessionsSpreadUnderCap(t *testing.T) {
+	s := startTLSWith(t, "  tls_max_idle_sessions = 2\n", "")
+	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
+	})
+	type client struct {
+		c  *tls.Conn
+		br *bufio.Reader
+	}
+	get := func(cl client) error {
+		fmt.Fprint(cl.c, "GET /ok HTTP/1.1\r\nHost: default.test\r\n\r\n")
+		resp, body, err := readResponse(cl.br, "GET")
+		if err == nil && (resp.StatusCode != 200 || body != "ok\n") {
+			err = fmt.Errorf("%d %q", resp.StatusCode, body)
+		}
+		return err
+	}
+	var clients []client
+	for i := 0; i < 4; i++ {
+		c := tls.Client(dialFrom(t, fmt.Sprintf("127.0.0.%d", i+2), s.tlsAddr), &tls.Config{ServerName: "default.test", InsecureSkipVerify: true})
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		cl := client{c, bufio.NewReader(c)}
+		if err := get(cl); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		s.waitFor(fmt.Sprintf("connection %d parked", i), 10*time.Second, func(snap supervisor.Snapshot) bool {
+			return snap.AtWorkers == 0 && snap.Conns["idle"] == i+1
+		})
+		clients = append(clients, cl)
+	}
+	if snap := s.snapshot(); snap.Workers[0].TLS != 2 || snap.Workers[1].TLS != 2 {
+		t.Errorf("TLS states held %d and %d, want 2 and 2", snap.Workers[0].TLS, snap.Workers[1].TLS)
+	}
+	for i, cl := range clients {
+		if err := get(cl); err != nil {
+			t.Errorf("connection %d, second request: %v", i, err)
+		}
+	}
+}

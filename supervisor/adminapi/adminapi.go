@@ -158,9 +158,11 @@ type Worker struct {
 	Sandbox []string `json:"sandbox"`
 	// Active is how many connections are out at the worker now.
 	Active int `json:"active"`
-	// Kept is how many parked connections' descriptors it keeps
-	// (affinity).
+	// Kept is how many parked plain connections' descriptors it keeps
+	// (affinity), and TLS how many TLS connections' state it holds, out
+	// at it or parked.
 	Kept     int    `json:"kept"`
+	TLS      int    `json:"tls"`
 	Served   uint64 `json:"served"`
 	Restarts int    `json:"restarts"`
 	// BackoffSeconds is the delay before the slot's last respawn.
