@@ -543,6 +543,10 @@ func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitFor("the death counted", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["worker_deaths"] == 1 })
+	// The slot's count of TLS connections held starts again from none.
+	if snap := s.snapshot(); snap.Workers[0].TLS != 0 || snap.Workers[1].TLS != 1 {
+		t.Errorf("TLS connections held after the death: %d and %d, want 0 and 1", snap.Workers[0].TLS, snap.Workers[1].TLS)
+	}
 	if err := get(a, abr); err == nil {
 		t.Error("the TLS connection kept by the dead worker still works")
 	}
