@@ -569,37 +569,22 @@ func TestTLSIdleSessionsSpreadUnderCap(t *testing.T) {
 	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
 		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
 	})
-	type client struct {
-		c  *tls.Conn
-		br *bufio.Reader
-	}
-	get := func(cl client) error {
-		fmt.Fprint(cl.c, "GET /ok HTTP/1.1\r\nHost: default.test\r\n\r\n")
-		resp, body, err := readResponse(cl.br, "GET")
-		if err == nil && (resp.StatusCode != 200 || body != "ok\n") {
-			err = fmt.Errorf("%d %q", resp.StatusCode, body)
-		}
-		return err
-	}
-	var clients []client
+	var conns []*tlsKeepAlive
 	for i := 0; i < 4; i++ {
-		c := tls.Client(dialFrom(t, fmt.Sprintf("127.0.0.%d", i+2), s.tlsAddr), &tls.Config{ServerName: "default.test", InsecureSkipVerify: true})
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(20 * time.Second))
-		cl := client{c, bufio.NewReader(c)}
-		if err := get(cl); err != nil {
+		c := dialKeepAlive(t, s, fmt.Sprintf("127.0.0.%d", i+2), "default.test")
+		if err := c.get(); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 		s.waitFor(fmt.Sprintf("connection %d parked", i), 10*time.Second, func(snap supervisor.Snapshot) bool {
 			return snap.AtWorkers == 0 && snap.Conns["idle"] == i+1
 		})
-		clients = append(clients, cl)
+		conns = append(conns, c)
 	}
 	if snap := s.snapshot(); snap.Workers[0].TLS != 2 || snap.Workers[1].TLS != 2 {
 		t.Errorf("TLS states held %d and %d, want 2 and 2", snap.Workers[0].TLS, snap.Workers[1].TLS)
 	}
-	for i, cl := range clients {
-		if err := get(cl); err != nil {
+	for i, c := range conns {
+		if err := c.get(); err != nil {
 			t.Errorf("connection %d, second request: %v", i, err)
 		}
 	}
