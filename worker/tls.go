@@ -277,7 +277,15 @@ func (t *tlsTransport) read(p []byte) (int, error) {
 	case err != unix.EAGAIN:
 		return 0, &os.PathError{Op: "read", Path: "conn", Err: err}
 	}
-	return t.File.Read(p)
+	n, err = t.File.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Bare, it is a temporary net.Error: crypto/tls keeps the part
+		// of the record read so far and the connection usable (a relay
+		// waits again when the other direction moved its deadline). The
+		// *PathError would break the connection for good.
+		err = os.ErrDeadlineExceeded
+	}
+	return n, err
 }
 
 // Write writes what the socket takes at once, and waits under the file's

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -110,5 +111,42 @@ func TestTLSTransportWaitingRead(t *testing.T) {
 	tt.noWait = true
 	if n, err := tt.Read(buf); err != nil || n != recordHeader {
 		t.Fatalf("oversized header: %d bytes, %v; want its %d bytes at once", n, err, recordHeader)
+	}
+}
+
+// TestTLSTransportTimeoutInsideRecord: a read that times out inside a
+// record fails with an error crypto/tls takes as temporary (a net.Error
+// whose Temporary is true), so the connection stays usable: a relay waits
+// again when the other direction moved its deadline. The rest of the
+// record is read after it.
+func TestTLSTransportTimeoutInsideRecord(t *testing.T) {
+	tt, peer := transportPair(t)
+	rec := record(100, 'd')
+	write(t, peer, rec[:20])
+	buf := make([]byte, 4096)
+	var got []byte
+	for i := 0; i < 10 && len(got) < 20; i++ {
+		n, err := tt.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	tt.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err := tt.Read(buf)
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() || !ne.Temporary() {
+		t.Fatalf("read inside a record past its deadline: %#v, want a temporary timeout", err)
+	}
+	tt.SetReadDeadline(time.Now().Add(10 * time.Second))
+	write(t, peer, rec[20:])
+	for i := 0; i < 10 && len(got) < len(rec); i++ {
+		n, err := tt.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if !bytes.Equal(got, rec) {
+		t.Fatalf("read %q, want the record", got)
 	}
 }
