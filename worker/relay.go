@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,13 +44,44 @@ func (s *relayState) waitAgain(err error) bool {
 
 func (s *relayState) touch() { s.last.Store(time.Now().UnixNano()) }
 
+// relayConn is one side of a relay: a socket under the runtime's poller
+// (socketSide), or a TLS connection over one (tlsSide).
+type relayConn interface {
+	io.ReadWriter
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+	// closeWrite passes the other side's EOF on: the peer reads an end,
+	// and may still send.
+	closeWrite()
+	// abort ends the connection both ways at once, waking any read or
+	// write of the relay's on it.
+	abort()
+}
+
+// socketSide is a plain socket as a side of a relay; it splices.
+type socketSide struct {
+	relaySocket
+}
+
+// relaySocket is a socket under the runtime's poller.
+type relaySocket interface {
+	io.ReadWriter
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+	syscall.Conn
+}
+
+func (s socketSide) closeWrite() { shutdown(s, unix.SHUT_WR) }
+func (s socketSide) abort()      { shutdown(s, unix.SHUT_RDWR) }
+
 // relay copies both directions between client and upstream until both
-// have ended: a side's EOF is passed on as a half-close (shutdown SHUT_WR)
-// and the other direction then has relayFinWait to finish; an error, or
-// idle without a byte either way, ends both. pre are bytes already read
-// from each side. Each direction is spliced where the kernel allows, else
-// copied. One direction runs on the calling goroutine, the other on one
-// more. It returns the bytes sent to the client and to the upstream.
+// have ended: a side's EOF is passed on as a half-close (closeWrite) and
+// the other direction then has relayFinWait to finish; an error, or idle
+// without a byte either way, ends both (abort). pre are bytes already read
+// from each side. Each direction is spliced where the kernel allows and
+// both sides are sockets, else copied. One direction runs on the calling
+// goroutine, the other on one more. It returns the bytes sent to the
+// client and to the upstream.
 func relay(client, upstream relayConn, toUpstream, toClient []byte, idle time.Duration) (toClientN, toUpstreamN int64) {
 	s := &relayState{idle: idle}
 	s.touch()
@@ -83,12 +115,12 @@ func (s *relayState) direction(dst, src relayConn, pre []byte) int64 {
 	// direction gets a short while to end on its own.
 	s.end.CompareAndSwap(0, time.Now().Add(relayFinWait).UnixNano())
 	if err == nil {
-		shutdown(dst, unix.SHUT_WR)
+		dst.closeWrite()
 	} else {
 		// A failed or idle side ends the whole relay.
 		s.end.Store(time.Now().UnixNano())
-		shutdown(dst, unix.SHUT_RDWR)
-		shutdown(src, unix.SHUT_RDWR)
+		dst.abort()
+		src.abort()
 	}
 	src.SetReadDeadline(time.Now())
 	dst.SetReadDeadline(s.deadline())
@@ -133,8 +165,8 @@ func (s *relayState) copy(dst, src relayConn) (int64, error) {
 	}
 }
 
-// shutdown shuts a relay side's socket down in direction how.
-func shutdown(c relayConn, how int) {
+// shutdown shuts a socket down in direction how.
+func shutdown(c syscall.Conn, how int) {
 	if rc, err := c.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) { unix.Shutdown(int(fd), how) })
 	}

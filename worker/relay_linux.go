@@ -13,13 +13,22 @@ const spliceMax = 64 << 10
 // splice relays src to dst through a pipe with splice(2), so the bytes never
 // enter user space: no buffer per direction, one pipe (two descriptors,
 // CLOEXEC) instead. It returns errNoSplice, before moving a byte, when the
-// kernel refuses the pair.
+// kernel refuses the pair, or a side is not a socket of its own (a TLS
+// connection's bytes are not the plaintext).
 func (s *relayState) splice(dst, src relayConn) (int64, error) {
-	srcRC, err := src.SyscallConn()
+	srcS, ok := src.(socketSide)
+	if !ok {
+		return 0, errNoSplice
+	}
+	dstS, ok := dst.(socketSide)
+	if !ok {
+		return 0, errNoSplice
+	}
+	srcRC, err := srcS.SyscallConn()
 	if err != nil {
 		return 0, errNoSplice
 	}
-	dstRC, err := dst.SyscallConn()
+	dstRC, err := dstS.SyscallConn()
 	if err != nil {
 		return 0, errNoSplice
 	}

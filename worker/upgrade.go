@@ -2,13 +2,16 @@ package worker
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // hopByHop are the connection-specific fields of RFC 9110 §7.6.1 that a proxy
@@ -71,7 +74,7 @@ func dropUpgrade(h http.Header) {
 // without a byte. Any other answer is relayed as an ordinary response.
 func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, protocol string) {
 	cs, _ := r.Context().Value(connKey{}).(*connServer)
-	if cs == nil || cs.rw == nil || cs.fd < 0 {
+	if cs == nil || cs.rw == nil || cs.fd < 0 && !cs.tls {
 		h.fail(rw, r, errors.New("worker: upgrade without a client connection"))
 		return
 	}
@@ -142,24 +145,30 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	toClient = append([]byte(nil), toClient...)
 	// The round's buffers are not needed by a relay: back to the pools.
 	cs.release()
-	// A relay waits on both sides at once: the client under the poller.
+	// A relay waits on both sides at once: a plain client under the
+	// poller; a TLS one's transport is already.
 	var client relayConn
-	if pc, ok := cs.nc.(*plainConn); ok {
-		client = pc.poll()
+	fd := cs.fd
+	switch nc := cs.nc.(type) {
+	case *plainConn:
+		client = socketSide{nc.poll()}
+	case *tls.Conn:
+		client = &tlsSide{Conn: nc, sock: cs.tnc}
+		fd = cs.tfd
 	}
-	upstream, _ := uc.Conn.(relayConn)
-	if client == nil || upstream == nil {
+	us, ok := uc.Conn.(relaySocket)
+	if client == nil || !ok {
+		h.w.log.Error("upgraded connection not relayed", "upstream", h.pool.up.Name, "error", fmt.Errorf("worker: no relay from a %T to a %T", cs.nc, uc.Conn))
 		return
 	}
+	// Each chunk goes out as it comes, as nginx does for an upgraded
+	// connection: with Nagle's algorithm the short tail of a message
+	// (a TLS record after a full one) waited for the client's delayed
+	// ACK, 40 ms per message of 16 KiB and more. The upstream's side is
+	// Go's, without Nagle already. Not a TCP socket: nothing to set.
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	upstream := socketSide{us}
 	sent, _ := relay(client, upstream, toUpstream, toClient, h.cfg.IdleTimeout)
 	resp.written = sent
 	h.w.log.Debug("upgraded connection closed", "upstream", h.pool.up.Name, "protocol", got, "bytes_to_client", sent)
-}
-
-// relayConn is one side of a relay: a socket under the runtime's poller.
-type relayConn interface {
-	io.ReadWriter
-	SetReadDeadline(time.Time) error
-	SetWriteDeadline(time.Time) error
-	syscall.Conn
 }

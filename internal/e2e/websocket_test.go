@@ -3,14 +3,20 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha1"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,7 +220,7 @@ func (u *wsUpstream) waitOpen(tb testing.TB, n int64, limit time.Duration) {
 
 // wsConn is a client's WebSocket through gatehouse.
 type wsConn struct {
-	c  *net.TCPConn
+	c  net.Conn
 	br *bufio.Reader
 }
 
@@ -222,7 +228,13 @@ type wsConn struct {
 // or the refusal's status.
 func wsDial(tb testing.TB, src, addr, path string) (*wsConn, int) {
 	tb.Helper()
-	c := dialFrom(tb, src, addr)
+	return wsHandshake(tb, dialFrom(tb, src, addr), path)
+}
+
+// wsHandshake opens a WebSocket to path on c, plain or TLS, and returns it
+// after the 101, or the refusal's status.
+func wsHandshake(tb testing.TB, c net.Conn, path string) (*wsConn, int) {
+	tb.Helper()
 	tb.Cleanup(func() { c.Close() })
 	var key [16]byte
 	rand.Read(key[:])
@@ -296,14 +308,135 @@ route "/ok" {
 `
 }
 
-// TestWebSocketEcho: 1000 messages of mixed sizes both ways through the relay;
-// closing from either side closes the other; an Upgrade to a route that does
-// not allow it reaches the upstream as an ordinary request.
-func TestWebSocketEcho(t *testing.T) {
-	up := startWSUpstream(t)
-	h := start(t, wsConfig(up.addr, "60s"))
+// wsServerName is the name the TLS listener's certificate is for.
+const wsServerName = "ws.test"
 
-	ws, status := wsDial(t, "127.0.0.2", h.addr, "/ws")
+// wsSite is gatehouse before a WebSocket upstream (wsConfig), its clients
+// reaching it over plain TCP or over TLS.
+type wsSite struct {
+	*harness
+	addr string // the listener the clients use
+	// On a TLS site: the certificate's file and the pool that trusts it.
+	ca    string
+	roots *x509.CertPool
+}
+
+// wsModes are the subtests of every WebSocket test: plain and over TLS.
+var wsModes = []struct {
+	name string
+	tls  bool
+}{{"plain", false}, {"tls", true}}
+
+// startWS runs wsConfig, with a TLS listener for the clients when tlsOn
+// (the sandbox strict, seccomp killing: the defaults).
+func startWS(t *testing.T, tlsOn bool, up, idle string) *wsSite {
+	t.Helper()
+	if !tlsOn {
+		h := start(t, wsConfig(up, idle))
+		return &wsSite{harness: h, addr: h.addr}
+	}
+	cert := writeCert(t, t.TempDir(), "ws", false, wsServerName)
+	h := start(t, fmt.Sprintf(`
+listener "https" {
+  address = "127.0.0.1:0"
+  tls {
+    certificate "ws" {
+      cert = %q
+      key  = %q
+    }
+  }
+}
+`, cert.cert, cert.key)+wsConfig(up, idle))
+	leaf, err := x509.ParseCertificate(cert.der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	return &wsSite{harness: h, addr: h.sup.Addrs()[1].String(), ca: cert.cert, roots: roots}
+}
+
+// dial opens a WebSocket to path from src: on a TLS site over TLS 1.2,
+// whose alert records keep their type in clear, so that the test sees
+// close_notify (watch).
+func (s *wsSite) dial(tb testing.TB, src, path string) (*wsConn, *recordWatch, int) {
+	tb.Helper()
+	raw := dialFrom(tb, src, s.addr)
+	if s.roots == nil {
+		ws, status := wsHandshake(tb, raw, path)
+		return ws, nil, status
+	}
+	watch := &recordWatch{Conn: raw}
+	tc := tls.Client(watch, &tls.Config{ServerName: wsServerName, RootCAs: s.roots, MaxVersion: tls.VersionTLS12})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		tb.Fatalf("TLS handshake: %v", err)
+	}
+	ws, status := wsHandshake(tb, tc, path)
+	return ws, watch, status
+}
+
+// recordWatch is a TLS client's socket that follows the server's records by
+// their headers and keeps the type of the last one begun.
+type recordWatch struct {
+	net.Conn
+	hdr  [5]byte
+	hdrN int
+	left int  // body bytes of the current record still to come
+	last byte // the last record's type
+}
+
+// recordAlert is the TLS record type of an alert (close_notify is one).
+const recordAlert = 21
+
+func (r *recordWatch) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if r.left > 0 {
+			c := min(r.left, len(b))
+			r.left -= c
+			b = b[c:]
+			continue
+		}
+		c := copy(r.hdr[r.hdrN:], b)
+		b = b[c:]
+		if r.hdrN += c; r.hdrN == len(r.hdr) {
+			r.last, r.left, r.hdrN = r.hdr[0], int(binary.BigEndian.Uint16(r.hdr[3:])), 0
+		}
+	}
+	return n, err
+}
+
+// expectEnd is expectClosed for a WebSocket, and on TLS also checks that
+// the server's last record was an alert: the end came with close_notify.
+func expectEnd(ws *wsConn, watch *recordWatch, limit time.Duration) error {
+	if err := expectClosed(ws.c, limit); err != nil {
+		return err
+	}
+	if watch != nil && watch.last != recordAlert {
+		return fmt.Errorf("closed without close_notify: the last record was of type %d", watch.last)
+	}
+	return nil
+}
+
+// TestWebSocketEcho, plain and over TLS: 1000 messages of mixed sizes both
+// ways through the relay; closing from either side closes the other (over
+// TLS with close_notify), and a half-close leaves the other direction open;
+// a message's short last record is not held back; a real client (python3's
+// websockets) echoes small and 100 KB messages and sees both closes
+// complete; an Upgrade to a route that does not allow it reaches the
+// upstream as an ordinary request.
+func TestWebSocketEcho(t *testing.T) {
+	for _, m := range wsModes {
+		t.Run(m.name, func(t *testing.T) { testWebSocketEcho(t, m.tls) })
+	}
+}
+
+func testWebSocketEcho(t *testing.T, tlsOn bool) {
+	up := startWSUpstream(t)
+	h := startWS(t, tlsOn, up.addr, "60s")
+
+	ws, watch, status := h.dial(t, "127.0.0.2", "/ws")
 	if ws == nil {
 		t.Fatalf("handshake answered %d, want 101", status)
 	}
@@ -329,17 +462,21 @@ func TestWebSocketEcho(t *testing.T) {
 		t.Errorf("with one WebSocket open: upgrades %d, at workers %d; want 1 and 0 (outside the pool)", s.Upgrades, s.AtWorkers)
 	}
 
-	// The client closes: the upstream's side closes too.
+	// The client closes: the upstream's side closes too, and its end
+	// reaches the client.
 	ws.c.SetDeadline(time.Now().Add(10 * time.Second))
 	wsWriteFrame(ws.c, wsClose, []byte{3, 232}, true)
 	if op, _, err := wsReadFrame(ws.br); err != nil || op != wsClose {
 		t.Fatalf("close frame echoed as op %d, %v", op, err)
 	}
+	if err := expectEnd(ws, watch, 10*time.Second); err != nil {
+		t.Fatalf("client side after its close: %v", err)
+	}
 	ws.c.Close()
 	up.waitOpen(t, 0, 10*time.Second)
 
 	// The upstream closes: the client's side closes too.
-	ws, _ = wsDial(t, "127.0.0.2", h.addr, "/ws")
+	ws, watch, _ = h.dial(t, "127.0.0.2", "/ws")
 	if ws == nil {
 		t.Fatal("second handshake refused")
 	}
@@ -351,30 +488,169 @@ func TestWebSocketEcho(t *testing.T) {
 	if op, _, err := wsReadFrame(ws.br); err != nil || op != wsClose {
 		t.Fatalf("upstream's close frame: op %d, %v", op, err)
 	}
-	if err := expectClosed(ws.c, 10*time.Second); err != nil {
+	if err := expectEnd(ws, watch, 10*time.Second); err != nil {
 		t.Fatalf("client side after the upstream closed: %v", err)
 	}
+	ws.c.Close() // else the relay waits relayFinWait for the client's end
 	h.waitFor("the upgraded connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
 		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 2
 	})
 
+	// The client half-closes (over TLS close_notify, then FIN) after a
+	// 100 KB message: the upstream reads the end after the message, and
+	// its echo still reaches the client, then the upstream's own end.
+	ws, watch, _ = h.dial(t, "127.0.0.2", "/ws")
+	if ws == nil {
+		t.Fatal("third handshake refused")
+	}
+	big := make([]byte, 100<<10)
+	rand.Read(big)
+	ws.c.SetDeadline(time.Now().Add(10 * time.Second))
+	wsWriteFrame(ws.c, wsBinary, big, true)
+	if err := ws.c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if op, got, err := wsReadFrame(ws.br); err != nil || op != wsBinary || !bytes.Equal(got, big) {
+		t.Fatalf("echo after the client's half-close: op %d, %d bytes, %v", op, len(got), err)
+	}
+	if err := expectEnd(ws, watch, 10*time.Second); err != nil {
+		t.Fatalf("client side after its half-close: %v", err)
+	}
+
+	// Messages whose last TLS record is short go out at once: with Nagle's
+	// algorithm on the client's socket each waited for its delayed ACK
+	// (40 ms: 4 s for 100), where they take a few milliseconds.
+	ws, _, _ = h.dial(t, "127.0.0.2", "/ws")
+	if ws == nil {
+		t.Fatal("fourth handshake refused")
+	}
+	odd := bytes.Repeat([]byte("y"), 16<<10)
+	begin := time.Now()
+	for i := 0; i < 100; i++ {
+		if err := ws.exchange(wsText, odd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Errorf("100 messages of 16 KiB took %v: stalled on delayed ACKs?", d)
+	}
+	ws.c.Close()
+	h.waitFor("the upgraded connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 4
+	})
+
+	t.Run("python", func(t *testing.T) {
+		out := runWSClient(t, h, "/ws")
+		// The echoes, then each close in milliseconds: an end not
+		// passed on would be sent only by the relay's fin wait (5 s),
+		// or the client's close_timeout (30 s).
+		want := regexp.MustCompile(`(?s)^echoed 14\nclient close 1000 ([0-9.]+)\nupstream close 1000 ([0-9.]+)\n$`)
+		m := want.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("python websockets client:\n%s", out)
+		}
+		for _, d := range m[1:] {
+			if sec, _ := strconv.ParseFloat(d, 64); sec > 3 {
+				t.Errorf("a close took %s s: an end was not passed on at once\n%s", d, out)
+			}
+		}
+		t.Logf("python websockets: %q", out)
+	})
+	h.waitFor("the python client's connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 6
+	})
+
 	// Not allowed on /plain: Upgrade is hop-by-hop and dropped, so the
 	// upstream answers the plain request (426), not a 502.
-	if ws, status := wsDial(t, "127.0.0.2", h.addr, "/plain"); ws != nil || status != http.StatusUpgradeRequired {
+	if ws, _, status := h.dial(t, "127.0.0.2", "/plain"); ws != nil || status != http.StatusUpgradeRequired {
 		t.Fatalf("upgrade on a route without upgrade: status %d, want 426 from the upstream", status)
 	}
-	if up.plain.Load() != 1 || up.upgrades.Load() != 2 {
-		t.Errorf("upstream saw %d plain requests and %d upgrades, want 1 and 2", up.plain.Load(), up.upgrades.Load())
+	if up.plain.Load() != 1 || up.upgrades.Load() != 6 {
+		t.Errorf("upstream saw %d plain requests and %d upgrades, want 1 and 6", up.plain.Load(), up.upgrades.Load())
 	}
 }
 
-// TestWebSocketIdleAndUpstreamDeath: an idle upgraded connection is closed at
-// its idle timeout, both sides; an upstream that dies closes the client side.
-func TestWebSocketIdleAndUpstreamDeath(t *testing.T) {
-	up := startWSUpstream(t)
-	h := start(t, wsConfig(up.addr, "1s"))
+// wsClientScript is a WebSocket client on python3's websockets (argv: the
+// URL, and for wss the certificate to trust and the server name): it
+// echoes binary and text messages of 0 bytes to 100 KB, closes, then
+// opens another, sends "bye" and waits for the upstream's close. It prints
+// the count echoed and each close's code and duration in seconds.
+const wsClientScript = `
+import asyncio, os, ssl, sys, time
+import websockets
 
-	idle, _ := wsDial(t, "127.0.0.2", h.addr, "/ws")
+async def main(url, ca=None, name=None):
+    kw = dict(max_size=None, compression=None, open_timeout=10, close_timeout=30)
+    if ca:
+        kw.update(ssl=ssl.create_default_context(cafile=ca), server_hostname=name)
+    async with websockets.connect(url, **kw) as ws:
+        n = 0
+        for size in (0, 1, 125, 126, 65535, 65536, 100 * 1024):
+            for msg in (os.urandom(size), "x" * size):
+                await ws.send(msg)
+                got = await asyncio.wait_for(ws.recv(), 10)
+                if got != msg:
+                    sys.exit("echo of %d bytes came back as %d" % (len(msg), len(got)))
+                n += 1
+        print("echoed", n)
+        start = time.monotonic()
+    print("client close", ws.close_code, "%.3f" % (time.monotonic() - start))
+    async with websockets.connect(url, **kw) as ws:
+        await ws.send("bye")
+        start = time.monotonic()
+        try:
+            await asyncio.wait_for(ws.recv(), 10)
+            sys.exit("a message after bye")
+        except websockets.ConnectionClosedOK:
+            pass
+        await asyncio.wait_for(ws.wait_closed(), 40)
+    print("upstream close", ws.close_code, "%.3f" % (time.monotonic() - start))
+
+asyncio.run(main(*sys.argv[1:]))
+`
+
+// runWSClient runs wsClientScript against path on s (wss on a TLS site,
+// trusting its certificate) and returns its output, or skips the test when
+// no python3 has the websockets module (Debian's python3-websockets).
+func runWSClient(t *testing.T, s *wsSite, path string) string {
+	t.Helper()
+	var py string
+	for _, name := range []string{"python3", "/usr/bin/python3"} {
+		if p, err := exec.LookPath(name); err == nil && exec.Command(p, "-c", "import websockets").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Skip("no python3 with the websockets module")
+	}
+	args := []string{"-c", wsClientScript, "ws://" + s.addr + path}
+	if s.roots != nil {
+		args = append(args[:2], "wss://"+s.addr+path, s.ca, wsServerName)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python websockets client: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// TestWebSocketIdleAndUpstreamDeath, plain and over TLS: an idle upgraded
+// connection is closed at its idle timeout, both sides; an upstream that
+// dies closes the client side (over TLS with close_notify).
+func TestWebSocketIdleAndUpstreamDeath(t *testing.T) {
+	for _, m := range wsModes {
+		t.Run(m.name, func(t *testing.T) { testWebSocketIdleAndUpstreamDeath(t, m.tls) })
+	}
+}
+
+func testWebSocketIdleAndUpstreamDeath(t *testing.T, tlsOn bool) {
+	up := startWSUpstream(t)
+	h := startWS(t, tlsOn, up.addr, "1s")
+
+	idle, idleWatch, _ := h.dial(t, "127.0.0.2", "/ws")
 	if idle == nil {
 		t.Fatal("handshake refused")
 	}
@@ -383,12 +659,12 @@ func TestWebSocketIdleAndUpstreamDeath(t *testing.T) {
 	}
 	// A connection that keeps talking outlives the idle one: activity in
 	// either direction resets the timeout.
-	busy, _ := wsDial(t, "127.0.0.3", h.addr, "/ws")
+	busy, busyWatch, _ := h.dial(t, "127.0.0.3", "/ws")
 	if busy == nil {
 		t.Fatal("handshake refused")
 	}
 	closed := make(chan error, 1)
-	go func() { closed <- expectClosed(idle.c, 20*time.Second) }()
+	go func() { closed <- expectEnd(idle, idleWatch, 20*time.Second) }()
 	var rounds int
 	for done := false; !done && rounds < 400; rounds++ {
 		if err := busy.exchange(wsBinary, []byte("tick")); err != nil {
@@ -410,7 +686,7 @@ func TestWebSocketIdleAndUpstreamDeath(t *testing.T) {
 
 	// The app dies: its connection is reset, and the client's closes.
 	up.kill()
-	if err := expectClosed(busy.c, 10*time.Second); err != nil {
+	if err := expectEnd(busy, busyWatch, 10*time.Second); err != nil {
 		t.Fatalf("client side after the upstream died: %v", err)
 	}
 	h.waitFor("the upgraded connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
