@@ -121,7 +121,8 @@ func wsReadFrame(r io.Reader) (op byte, payload []byte, err error) {
 
 // wsUpstream is a WebSocket echo server: it echoes every data frame, answers
 // a close frame with one and closes, closes on its own on the text message
-// "bye", and answers a request without Upgrade 426. It counts the upgraded
+// "bye", greets with the text message "hello" in the 101's write when the
+// request has X-Test-Greet, and answers a request without Upgrade 426. It counts the upgraded
 // connections open and can drop them all at once (the app dies).
 type wsUpstream struct {
 	addr     string
@@ -164,8 +165,15 @@ func (u *wsUpstream) serve(c net.Conn) {
 		io.WriteString(c, "HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		return
 	}
-	fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+	head := fmt.Appendf(nil, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
 		wsAccept(req.Header.Get("Sec-WebSocket-Key")))
+	if req.Header.Get("X-Test-Greet") != "" {
+		// A greeting in the same write as the 101.
+		var b bytes.Buffer
+		wsWriteFrame(&b, wsText, []byte("hello"), false)
+		head = append(head, b.Bytes()...)
+	}
+	c.Write(head)
 	u.mu.Lock()
 	u.conns[c] = true
 	u.mu.Unlock()
@@ -356,15 +364,22 @@ listener "https" {
 	return &wsSite{harness: h, addr: h.sup.Addrs()[1].String(), ca: cert.cert, roots: roots}
 }
 
-// dial opens a WebSocket to path from src: on a TLS site over TLS 1.2,
-// whose alert records keep their type in clear, so that the test sees
-// close_notify (watch).
+// dial opens a WebSocket to path from src (conn).
 func (s *wsSite) dial(tb testing.TB, src, path string) (*wsConn, *recordWatch, int) {
+	tb.Helper()
+	c, watch := s.conn(tb, src)
+	ws, status := wsHandshake(tb, c, path)
+	return ws, watch, status
+}
+
+// conn opens a connection from src: on a TLS site over TLS 1.2, whose
+// alert records keep their type in clear, so that the test sees
+// close_notify (watch, nil on a plain site).
+func (s *wsSite) conn(tb testing.TB, src string) (net.Conn, *recordWatch) {
 	tb.Helper()
 	raw := dialFrom(tb, src, s.addr)
 	if s.roots == nil {
-		ws, status := wsHandshake(tb, raw, path)
-		return ws, nil, status
+		return raw, nil
 	}
 	watch := &recordWatch{Conn: raw}
 	tc := tls.Client(watch, &tls.Config{ServerName: wsServerName, RootCAs: s.roots, MaxVersion: tls.VersionTLS12})
@@ -372,8 +387,7 @@ func (s *wsSite) dial(tb testing.TB, src, path string) (*wsConn, *recordWatch, i
 	if err := tc.Handshake(); err != nil {
 		tb.Fatalf("TLS handshake: %v", err)
 	}
-	ws, status := wsHandshake(tb, tc, path)
-	return ws, watch, status
+	return tc, watch
 }
 
 // recordWatch is a TLS client's socket that follows the server's records by
@@ -422,7 +436,8 @@ func expectEnd(ws *wsConn, watch *recordWatch, limit time.Duration) error {
 // TestWebSocketEcho, plain and over TLS: 1000 messages of mixed sizes both
 // ways through the relay; closing from either side closes the other (over
 // TLS with close_notify), and a half-close leaves the other direction open;
-// a message's short last record is not held back; a real client (python3's
+// bytes sent before the 101 and with it are relayed; a message's short
+// last record is not held back; a real client (python3's
 // websockets) echoes small and 100 KB messages and sees both closes
 // complete; an Upgrade to a route that does not allow it reaches the
 // upstream as an ordinary request.
@@ -517,6 +532,29 @@ func testWebSocketEcho(t *testing.T, tlsOn bool) {
 		t.Fatalf("client side after its half-close: %v", err)
 	}
 
+	// A message sent right behind the request, before the 101 (over
+	// TLS in records of its own, part of one perhaps read with the head),
+	// and the upstream's greeting in its 101's write: neither is lost.
+	c, _ := h.conn(t, "127.0.0.2")
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var key [16]byte
+	rand.Read(key[:])
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nX-Test-Greet: 1\r\n\r\n",
+		base64.StdEncoding.EncodeToString(key[:]))
+	rand.Read(big)
+	wsWriteFrame(c, wsBinary, big, true)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "GET"}); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("early message's handshake: %v, %v", resp, err)
+	}
+	if op, got, err := wsReadFrame(br); err != nil || op != wsText || string(got) != "hello" {
+		t.Fatalf("greeting sent with the 101: op %d, %d bytes starting %q, %v", op, len(got), got[:min(len(got), 16)], err)
+	}
+	if op, got, err := wsReadFrame(br); err != nil || op != wsBinary || !bytes.Equal(got, big) {
+		t.Fatalf("echo of the message sent before the 101: op %d, %d bytes, %v", op, len(got), err)
+	}
+	c.Close()
+
 	// Messages whose last TLS record is short go out at once: with Nagle's
 	// algorithm on the client's socket each waited for its delayed ACK
 	// (40 ms: 4 s for 100), where they take a few milliseconds.
@@ -536,7 +574,7 @@ func testWebSocketEcho(t *testing.T, tlsOn bool) {
 	}
 	ws.c.Close()
 	h.waitFor("the upgraded connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
-		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 4
+		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 5
 	})
 
 	t.Run("python", func(t *testing.T) {
@@ -557,7 +595,7 @@ func testWebSocketEcho(t *testing.T, tlsOn bool) {
 		t.Logf("python websockets: %q", out)
 	})
 	h.waitFor("the python client's connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
-		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 6
+		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 7
 	})
 
 	// Not allowed on /plain: Upgrade is hop-by-hop and dropped, so the
@@ -565,8 +603,8 @@ func testWebSocketEcho(t *testing.T, tlsOn bool) {
 	if ws, _, status := h.dial(t, "127.0.0.2", "/plain"); ws != nil || status != http.StatusUpgradeRequired {
 		t.Fatalf("upgrade on a route without upgrade: status %d, want 426 from the upstream", status)
 	}
-	if up.plain.Load() != 1 || up.upgrades.Load() != 6 {
-		t.Errorf("upstream saw %d plain requests and %d upgrades, want 1 and 6", up.plain.Load(), up.upgrades.Load())
+	if up.plain.Load() != 1 || up.upgrades.Load() != 7 {
+		t.Errorf("upstream saw %d plain requests and %d upgrades, want 1 and 7", up.plain.Load(), up.upgrades.Load())
 	}
 }
 
