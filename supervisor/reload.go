@@ -40,10 +40,15 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	if s.opts.ConfigPath == "" {
 		return ErrNoConfigFile
 	}
-	cfg, err := config.LoadWith(s.opts.ConfigPath, config.ParseOptions{Handlers: s.opts.Handlers})
+	// The certificates are read below, where one that fails keeps the
+	// running one instead of failing the reload.
+	cfg, err := config.LoadWith(s.opts.ConfigPath, config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true})
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
+	}
+	for _, w := range cfg.Warnings {
+		s.log.Warn("configuration", "warning", w)
 	}
 	spec, err := s.newWorkerSpec(cfg)
 	if err != nil {
@@ -106,11 +111,13 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	return nil
 }
 
-// reloadKeys reads the TLS certificates and keys again. One that fails to
-// load keeps the running one and is logged, with its file and line; a
-// listener left with no certificate fails the reload.
+// reloadKeys reads the TLS certificates and keys again, as the
+// supervisor's account. One that fails to load keeps the running one and is
+// logged, with its file and line (and the account, when it may not read
+// one); a listener left with no certificate fails the reload.
 func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
-	keys, err := buildKeyring(cfg, s.keys, time.Now())
+	now := time.Now()
+	keys, err := buildKeyring(cfg, s.keys, &s.account, now)
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return nil, err
