@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -107,6 +108,13 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	s.accessLog = cfg.Log
 	s.keys = keys
 	s.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
+	if n := len(keys.failed); n > 0 {
+		// Not "configuration reloaded": the certificates logged above
+		// are not the file's.
+		s.log.Error("reload incomplete: the configuration applies, but certificates could not be loaded (logged above)",
+			"file", s.opts.ConfigPath, "certificates_not_loaded", n)
+		return nil
+	}
 	s.log.Info("configuration reloaded", "file", s.opts.ConfigPath)
 	return nil
 }
@@ -114,13 +122,20 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 // reloadKeys reads the TLS certificates and keys again, as the
 // supervisor's account. One that fails to load keeps the running one and is
 // logged, with its file and line (and the account, when it may not read
-// one); a listener left with no certificate fails the reload.
+// one); a listener left with no certificate fails the reload. An expired
+// certificate is served, with a warning, as at start.
 func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
 	now := time.Now()
 	keys, err := buildKeyring(cfg, s.keys, &s.account, now)
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return nil, err
+	}
+	for _, c := range keys.info {
+		if now.After(c.NotAfter) {
+			s.log.Warn("certificate expired; it is served, and clients will refuse it",
+				"listener", c.Listener, "certificate", c.Name, "expiry", expiry.Text(c.NotAfter, now))
+		}
 	}
 	for _, e := range keys.failed {
 		what := "certificate not loaded; the running one is kept"
