@@ -54,6 +54,10 @@ type Config struct {
 	// RateLimitEntries bounds the rate limiter's table of buckets
 	// (1..10000000, default 100000); the least recently used is evicted.
 	RateLimitEntries int
+	// Warnings are the problems found that do not stop the file from
+	// loading, such as an expired certificate, one
+	// "file:line,col-col: warning: Summary; Detail" line each.
+	Warnings []string
 }
 
 // Streams is the `streams` block: how many stream-class requests and

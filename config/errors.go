@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -13,13 +14,19 @@ import (
 // file, line and columns of what it complains about; Error lists them all,
 // one per line, in file order.
 type Error struct {
-	// Diagnostics holds at least one error, sorted by position.
+	// Diagnostics holds at least one error, and any warnings, sorted by
+	// position.
 	Diagnostics hcl.Diagnostics
 
 	file *hcl.File // for WriteText's source snippets; nil if unparsable
 }
 
 func newError(diags hcl.Diagnostics, file *hcl.File) *Error {
+	return &Error{Diagnostics: sorted(diags), file: file}
+}
+
+// sorted returns a copy of diags in file order.
+func sorted(diags hcl.Diagnostics) hcl.Diagnostics {
 	diags = slices.Clone(diags)
 	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
 		if a.Subject == nil || b.Subject == nil {
@@ -30,19 +37,28 @@ func newError(diags hcl.Diagnostics, file *hcl.File) *Error {
 			cmp.Compare(a.Subject.Start.Byte, b.Subject.Start.Byte),
 		)
 	})
-	return &Error{Diagnostics: diags, file: file}
+	return diags
 }
 
-// Error returns one "file:line,col-col: Summary; Detail" line per diagnostic.
+// Error returns one "file:line,col-col: Summary; Detail" line per diagnostic,
+// "file:line,col-col: warning: Summary; Detail" for a warning.
 func (e *Error) Error() string {
 	var b strings.Builder
 	for i, d := range e.Diagnostics {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString(d.Error())
+		b.WriteString(diagnosticText(d))
 	}
 	return b.String()
+}
+
+// diagnosticText is d's line in Error.
+func diagnosticText(d *hcl.Diagnostic) string {
+	if d.Severity == hcl.DiagWarning && d.Subject != nil {
+		return fmt.Sprintf("%s: warning: %s; %s", d.Subject, d.Summary, d.Detail)
+	}
+	return d.Error()
 }
 
 // Unwrap returns each diagnostic as an error, so errors.As finds an

@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/hashicorp/hcl/v2"
 	"golang.org/x/sys/unix"
@@ -21,7 +23,8 @@ import (
 // host must hold for a worker to start: the workers' account exists and is
 // unprivileged, it can read every static root, the embedded handlers named
 // exist in the worker program, a configured chroot is an empty directory and
-// the admin socket's directory exists.
+// the admin socket's directory exists; and what the supervisor must read:
+// every TLS certificate and key loads as it will be served (LoadKeyPair).
 
 // hostChecks is the decoder's state for the host checks.
 type hostChecks struct {
@@ -29,6 +32,13 @@ type hostChecks struct {
 	// resolved (that is reported at the user key).
 	account  *sandbox.Account
 	handlers []string // embedded handler names the worker program has
+	// keysAsUser and keysAs: see ParseOptions.KeysAsUser; keysAs is the
+	// supervisor's account, nil to read as the caller.
+	keysAsUser bool
+	keysAs     *sandbox.Account
+	// certificates: the certificate and key files are read
+	// (ParseOptions.SkipCertificates unset).
+	certificates bool
 }
 
 // checkUser resolves the supervisor's account from cfg.User and the
@@ -42,6 +52,12 @@ func (d *decoder) checkUser(user, workerUser string, rng hcl.Range) {
 		if _, _, err := sandbox.LookupUser(u); err != nil {
 			d.errorf(rng, "Unknown user", "user %q: %s.", u, strings.TrimPrefix(err.Error(), "sandbox: "))
 			return
+		}
+	}
+	if d.host.keysAsUser && os.Geteuid() == 0 {
+		// A privileged `user` is reported below.
+		if sup, _, err := sandbox.SupervisorAccount(user); err == nil {
+			d.host.keysAs = &sup
 		}
 	}
 	acct, err := sandbox.WorkerAccount(workerUser, user)
@@ -66,6 +82,31 @@ func (d *decoder) checkRoot(route, root string, rng hcl.Range) bool {
 		return false
 	}
 	return true
+}
+
+// checkCertificate loads c's files as the supervisor will and reports
+// every problem at the certificate block (rng); an expired certificate is a
+// warning.
+func (d *decoder) checkCertificate(c Certificate, what string, rng hcl.Range) {
+	pair, err := LoadKeyPair(c, d.host.keysAs)
+	if err != nil {
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for _, e := range errs {
+			detail := e.Error()
+			if d.host.keysAs != nil && errors.Is(e, fs.ErrPermission) {
+				detail += "; the supervisor runs as that account once started and reads the files again on every reload"
+			}
+			d.errorf(rng, "Invalid certificate", "%s: %s.", what, detail)
+		}
+		return
+	}
+	if now := time.Now(); now.After(pair.Leaf.NotAfter) {
+		d.warnf(rng, "Expired certificate", "%s: the certificate in %s (%s) %s; it is served, and clients will refuse it.",
+			what, c.Cert, pair.Leaf.Subject, expiry.Text(pair.Leaf.NotAfter, now))
+	}
 }
 
 // checkEmbedded reports an embedded handler the worker program lacks.

@@ -27,6 +27,18 @@ type ParseOptions struct {
 	// has (worker.Options.Handlers); an embedded block naming another is an
 	// error unless SkipFSChecks is set.
 	Handlers []string
+	// KeysAsUser makes a caller running as root read the TLS certificate
+	// and key files as the account the supervisor drops to once started
+	// (`user`; sandbox.SupervisorAccount): that account reads them again
+	// on every reload, so a file only root can read is an error at start,
+	// not a failed reload later. gatehouse sets it for -check and for a
+	// start; unset, the files are read as the caller.
+	KeysAsUser bool
+	// SkipCertificates leaves the TLS certificate and key files unread by
+	// the host checks: a running supervisor's reload reads them itself
+	// (LoadKeyPair) and keeps the running certificate of a block whose
+	// files fail to load.
+	SkipCertificates bool
 }
 
 // Load reads and parses the file at path for a worker program without
@@ -46,7 +58,7 @@ func LoadWith(path string, opt ParseOptions) (*Config, error) {
 
 // Parse parses src as if read from filename, which appears in every error
 // message. It returns a fresh Config with every default filled, or an *Error
-// listing every problem found.
+// listing every problem found, and the warnings (Config.Warnings) with them.
 func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 	base, err := baseDir(opt.BaseDir)
 	if err != nil {
@@ -64,11 +76,14 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 	cfg.BaseDir = base
 	d := &decoder{diags: diags}
 	if !opt.SkipFSChecks {
-		d.host = &hostChecks{handlers: opt.Handlers}
+		d.host = &hostChecks{handlers: opt.Handlers, keysAsUser: opt.KeysAsUser, certificates: !opt.SkipCertificates}
 	}
 	d.root(file.Body, &cfg)
 	if d.diags.HasErrors() {
 		return nil, newError(d.diags, file)
+	}
+	for _, w := range sorted(d.diags) {
+		cfg.Warnings = append(cfg.Warnings, diagnosticText(w))
 	}
 	return &cfg, nil
 }

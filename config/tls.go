@@ -8,7 +8,8 @@ import (
 )
 
 // TLS is a listener's `tls { certificate "NAME" { cert = "...", key = "..." } ... }`
-// block. The supervisor reads the files (docs/DESIGN.md §9); the first
+// block. The supervisor reads the files (docs/DESIGN.md §9), and so do the
+// host checks, with the same code (LoadKeyPair); the first
 // certificate is the default for clients that send no server name, or one
 // no certificate covers; otherwise the certificate whose names cover the
 // client's server name (SNI) is chosen.
@@ -60,6 +61,7 @@ func (d *decoder) tls(b *hcl.Block, listener, base string) *TLS {
 		seen[name] = cb.DefRange
 		attrs := d.attrs(cb, certificateSchema)
 		c := Certificate{Name: name, Where: fmt.Sprintf("%s:%d", cb.DefRange.Filename, cb.DefRange.Start.Line)}
+		paths := true
 		for _, f := range []struct {
 			key string
 			dst *string
@@ -67,13 +69,16 @@ func (d *decoder) tls(b *hcl.Block, listener, base string) *TLS {
 			s, rng, found := stringAttr(d, attrs, f.key, what+": "+f.key)
 			switch {
 			case !found:
-				ok = false
+				ok, paths = false, false
 			case s == "" || strings.ContainsRune(s, 0):
 				d.errorf(rng, "Invalid value", "%s: %s must be a file path, got %q.", what, f.key, s)
-				ok = false
+				ok, paths = false, false
 			default:
 				*f.dst = resolve(base, s)
 			}
+		}
+		if paths && d.host != nil && d.host.certificates {
+			d.checkCertificate(c, what, cb.DefRange)
 		}
 		t.Certificates = append(t.Certificates, c)
 	}

@@ -33,6 +33,16 @@ func (d *decoder) errorf(rng hcl.Range, summary, format string, args ...any) {
 	})
 }
 
+// warnf records a problem that does not stop the file from loading.
+func (d *decoder) warnf(rng hcl.Range, summary, format string, args ...any) {
+	d.diags = append(d.diags, &hcl.Diagnostic{
+		Severity: hcl.DiagWarning,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+		Subject:  rng.Ptr(),
+	})
+}
+
 // value evaluates attr's expression, which may use neither variables nor
 // functions, and reports whether it yielded a usable value of type want.
 // what describes want in the error ("a number").

@@ -28,6 +28,7 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 		return err
 	}
 	log := s.log
+	s.account = sandbox.Account{UID: os.Geteuid(), GID: os.Getegid()}
 	if os.Geteuid() != 0 {
 		s.sharedUID = true
 		s.separation = "workers share the supervisor's uid (started unprivileged); user and pid namespaces separate them"
@@ -46,6 +47,7 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 	}
 	s.workerAccount = worker.Name
 	if s.opts.KeepRoot {
+		s.account.Name = "root"
 		s.separation = fmt.Sprintf("workers run as %s; the supervisor stays root (KeepRoot)", worker)
 		log.Warn("supervisor stays root: Options.KeepRoot is set", "workers", worker.String())
 		kept, err := sandbox.DropSupervisor(nil)
@@ -63,6 +65,7 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 		s.spawner.Close()
 		return err
 	}
+	s.account = sup
 	s.separation = fmt.Sprintf("workers run as %s, the supervisor as %s", worker, sup)
 	log.Info("supervisor privileges", "kept", kept, "workers", worker.String())
 	return nil

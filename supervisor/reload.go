@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -40,10 +41,15 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	if s.opts.ConfigPath == "" {
 		return ErrNoConfigFile
 	}
-	cfg, err := config.LoadWith(s.opts.ConfigPath, config.ParseOptions{Handlers: s.opts.Handlers})
+	// The certificates are read below, where one that fails keeps the
+	// running one instead of failing the reload.
+	cfg, err := config.LoadWith(s.opts.ConfigPath, config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true})
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
+	}
+	for _, w := range cfg.Warnings {
+		s.log.Warn("configuration", "warning", w)
 	}
 	spec, err := s.newWorkerSpec(cfg)
 	if err != nil {
@@ -102,18 +108,34 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	s.accessLog = cfg.Log
 	s.keys = keys
 	s.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
+	if n := len(keys.failed); n > 0 {
+		// Not "configuration reloaded": the certificates logged above
+		// are not the file's.
+		s.log.Error("reload incomplete: the configuration applies, but certificates could not be loaded (logged above)",
+			"file", s.opts.ConfigPath, "certificates_not_loaded", n)
+		return nil
+	}
 	s.log.Info("configuration reloaded", "file", s.opts.ConfigPath)
 	return nil
 }
 
-// reloadKeys reads the TLS certificates and keys again. One that fails to
-// load keeps the running one and is logged, with its file and line; a
-// listener left with no certificate fails the reload.
+// reloadKeys reads the TLS certificates and keys again, as the
+// supervisor's account. One that fails to load keeps the running one and is
+// logged, with its file and line (and the account, when it may not read
+// one); a listener left with no certificate fails the reload. An expired
+// certificate is served, with a warning, as at start.
 func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
-	keys, err := buildKeyring(cfg, s.keys, time.Now())
+	now := time.Now()
+	keys, err := buildKeyring(cfg, s.keys, &s.account, now)
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return nil, err
+	}
+	for _, c := range keys.info {
+		if now.After(c.NotAfter) {
+			s.log.Warn("certificate expired; it is served, and clients will refuse it",
+				"listener", c.Listener, "certificate", c.Name, "expiry", expiry.Text(c.NotAfter, now))
+		}
 	}
 	for _, e := range keys.failed {
 		what := "certificate not loaded; the running one is kept"

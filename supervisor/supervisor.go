@@ -78,11 +78,13 @@ type Supervisor struct {
 
 	// Set by New, immutable afterwards (see privileges.go): the spawner
 	// that starts workers (nil: the supervisor starts them itself), the
-	// workers' account ("" when not started as root), whether workers
-	// share the supervisor's uid (started unprivileged), and what the
-	// workers' separation rests on, for the status.
+	// workers' account ("" when not started as root), the supervisor's
+	// own account (which reads the certificate files on every reload),
+	// whether workers share the supervisor's uid (started unprivileged),
+	// and what the workers' separation rests on, for the status.
 	spawner       *spawner.Client
 	workerAccount string
+	account       sandbox.Account
 	sharedUID     bool
 	separation    string
 

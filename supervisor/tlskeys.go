@@ -3,19 +3,15 @@ package supervisor
 import (
 	"bytes"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 )
 
 // keyring is the certificates and private keys of the TLS listeners, read
@@ -55,22 +51,33 @@ type CertificateError struct {
 	Since time.Time
 }
 
+// ErrCertificates is returned by New when a TLS certificate or key does
+// not load. config.Load with its host checks reports the same problems
+// first, so it happens only when a file changed in between; like them, it
+// is a configuration error.
+var ErrCertificates = errors.New("supervisor: loading TLS certificates")
+
 // loadKeyring reads the certificate chains and keys of cfg's TLS listeners
-// at start, where every one must load. An error names the certificate
-// block's file:line.
+// at start, where every one must load. The error lists every failure, each
+// naming its certificate block's file:line.
 func loadKeyring(cfg *config.Config) (*keyring, error) {
-	k, err := buildKeyring(cfg, nil, time.Now())
+	k, err := buildKeyring(cfg, nil, nil, time.Now())
 	if err == nil && len(k.failed) > 0 {
-		err = errors.New(k.failed[0].Error)
+		msgs := make([]string, len(k.failed))
+		for i, f := range k.failed {
+			msgs[i] = f.Error
+		}
+		err = fmt.Errorf("%w:\n%s", ErrCertificates, strings.Join(msgs, "\n"))
 	}
 	return k, err
 }
 
-// buildKeyring reads the certificates and keys of cfg's TLS listeners. One
-// that fails to load keeps old's for the same listener and name, if any,
-// and is listed in failed; a listener left with no certificate at all is an
-// error.
-func buildKeyring(cfg *config.Config, old *keyring, now time.Time) (*keyring, error) {
+// buildKeyring reads the certificates and keys of cfg's TLS listeners as
+// the account as (nil: the calling process), with config.LoadKeyPair, the
+// code `gatehouse -check` runs. One that fails to load keeps old's for the
+// same listener and name, if any, and is listed in failed; a listener left
+// with no certificate at all is an error.
+func buildKeyring(cfg *config.Config, old *keyring, as *sandbox.Account, now time.Time) (*keyring, error) {
 	k := &keyring{}
 	for _, l := range cfg.Listeners {
 		if l.TLS == nil {
@@ -78,11 +85,15 @@ func buildKeyring(cfg *config.Config, old *keyring, now time.Time) (*keyring, er
 		}
 		n := 0
 		for _, c := range l.TLS.Certificates {
-			chain, key, info, err := loadPair(c)
-			info.Listener, info.Name, info.Loaded = l.Name, c.Name, now
-			if err != nil {
+			var chain [][]byte
+			var key crypto.Signer
+			info := CertificateInfo{Listener: l.Name, Name: c.Name, Loaded: now}
+			pair, err := config.LoadKeyPair(c, as)
+			if err == nil {
+				chain, key, info.DNSNames, info.NotAfter = pair.Chain, pair.Key, pair.Leaf.DNSNames, pair.Leaf.NotAfter
+			} else {
 				e := CertificateError{Listener: l.Name, Name: c.Name, Since: now,
-					Error: fmt.Sprintf("%s: listener %q: certificate %q: %v", c.Where, l.Name, c.Name, err)}
+					Error: fmt.Sprintf("%s: listener %q: certificate %q: %s", c.Where, l.Name, c.Name, strings.ReplaceAll(err.Error(), "\n", "; "))}
 				if prev := old.failure(l.Name, c.Name); prev != nil {
 					e.Since = prev.Since
 				}
@@ -178,118 +189,4 @@ func (k *keyring) hello() []*proto.TLSCertificate {
 		return nil
 	}
 	return k.certs
-}
-
-// loadPair reads one PEM chain and its PEM key and checks that they match
-// and that the key is RSA (2048 bits or more) or ECDSA. Errors name the
-// file, and the line of a PEM block that does not parse.
-func loadPair(c config.Certificate) ([][]byte, crypto.Signer, CertificateInfo, error) {
-	var info CertificateInfo
-	certs, err := readPEM(c.Cert)
-	if err != nil {
-		return nil, nil, info, err
-	}
-	var chain [][]byte
-	var leaf *x509.Certificate
-	for _, b := range certs {
-		if b.Type != "CERTIFICATE" {
-			continue
-		}
-		x, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, nil, info, fmt.Errorf("%s:%d: a CERTIFICATE block that does not parse: %w", c.Cert, b.line, err)
-		}
-		if leaf == nil {
-			leaf = x
-		}
-		chain = append(chain, b.Bytes)
-	}
-	if leaf == nil {
-		return nil, nil, info, fmt.Errorf("%s: no CERTIFICATE block", c.Cert)
-	}
-	keys, err := readPEM(c.Key)
-	if err != nil {
-		return nil, nil, info, err
-	}
-	i := slices.IndexFunc(keys, func(b pemBlock) bool { return strings.HasSuffix(b.Type, "PRIVATE KEY") })
-	if i < 0 {
-		return nil, nil, info, fmt.Errorf("%s: no PRIVATE KEY block", c.Key)
-	}
-	key, err := parseKey(keys[i].Bytes)
-	if err != nil {
-		return nil, nil, info, fmt.Errorf("%s:%d: %w", c.Key, keys[i].line, err)
-	}
-	if rk, ok := key.(*rsa.PrivateKey); ok && rk.N.BitLen() < 2048 {
-		return nil, nil, info, fmt.Errorf("%s: an RSA key of %d bits (2048 or more are accepted)", c.Key, rk.N.BitLen())
-	}
-	if pub, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(key.Public()) {
-		return nil, nil, info, fmt.Errorf("the key in %s does not match the certificate in %s", c.Key, c.Cert)
-	}
-	info.DNSNames, info.NotAfter = leaf.DNSNames, leaf.NotAfter
-	return chain, key, info, nil
-}
-
-// parseKey decodes a PKCS #8, PKCS #1 or SEC 1 private key, RSA or ECDSA.
-func parseKey(der []byte) (crypto.Signer, error) {
-	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
-		switch k := k.(type) {
-		case *rsa.PrivateKey:
-			return k, nil
-		case *ecdsa.PrivateKey:
-			return k, nil
-		}
-		return nil, fmt.Errorf("a %T key (RSA or ECDSA are accepted)", k)
-	}
-	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
-		return k, nil
-	}
-	if k, err := x509.ParseECPrivateKey(der); err == nil {
-		return k, nil
-	}
-	return nil, errors.New("a PRIVATE KEY block that does not parse as PKCS #8, PKCS #1 or SEC 1")
-}
-
-// pemBlock is a PEM block and the line its BEGIN is on.
-type pemBlock struct {
-	*pem.Block
-	line int
-}
-
-// readPEM reads every PEM block of a file. A block that does not decode
-// (a damaged base64 body, a missing END line) is an error naming its line.
-func readPEM(path string) ([]pemBlock, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return parsePEM(path, data)
-}
-
-// parsePEM is readPEM of data read from path.
-func parsePEM(path string, data []byte) ([]pemBlock, error) {
-	var blocks []pemBlock
-	begin := []byte("-----BEGIN ")
-	for rest := data; ; {
-		i := bytes.Index(rest, begin)
-		if i < 0 {
-			break
-		}
-		line := 1 + bytes.Count(data[:len(data)-len(rest)+i], []byte("\n"))
-		// Up to the next BEGIN only: pem.Decode would skip a damaged
-		// block and return the next one.
-		seg := rest[i:]
-		if j := bytes.Index(seg[len(begin):], begin); j >= 0 {
-			seg = seg[:len(begin)+j]
-		}
-		b, _ := pem.Decode(seg)
-		if b == nil {
-			return nil, fmt.Errorf("%s:%d: a PEM block that does not decode", path, line)
-		}
-		blocks = append(blocks, pemBlock{Block: b, line: line})
-		rest = rest[i+len(seg):]
-	}
-	if len(blocks) == 0 {
-		return nil, fmt.Errorf("%s: no PEM block", path)
-	}
-	return blocks, nil
 }

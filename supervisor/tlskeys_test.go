@@ -21,7 +21,7 @@ func keysConfig(t *testing.T, dir string, names ...string) *config.Config {
 			filepath.Join(dir, n+".test.pem"), filepath.Join(dir, n+".test.key"))
 	}
 	src += "  }\n}\nroute \"/\" {\n  respond {\n    body = \"x\"\n  }\n}\n"
-	cfg, err := config.Parse([]byte(src), "keys.hcl", config.ParseOptions{BaseDir: dir})
+	cfg, err := config.Parse([]byte(src), "keys.hcl", config.ParseOptions{BaseDir: dir, SkipCertificates: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestKeyringReload(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 
 	// Nothing changed: the same certificates, no failure.
-	same, err := buildKeyring(cfg, start, t0)
+	same, err := buildKeyring(cfg, start, nil, t0)
 	if err != nil || len(same.failed) != 0 || !sameCertificates(start, same) {
 		t.Fatalf("an unchanged reload: %v, failed %v, same %v", err, same.failures(), sameCertificates(start, same))
 	}
@@ -54,7 +54,7 @@ func TestKeyringReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeKeyPair(t, dir, "b.test", true)
-	k, err := buildKeyring(cfg, same, t0)
+	k, err := buildKeyring(cfg, same, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestKeyringReload(t *testing.T) {
 	}
 
 	// Still failing later: the failure keeps its start.
-	k2, err := buildKeyring(cfg, k, t0.Add(time.Hour))
+	k2, err := buildKeyring(cfg, k, nil, t0.Add(time.Hour))
 	if err != nil || len(k2.failed) != 1 || !k2.failed[0].Since.Equal(t0) || !sameCertificates(k, k2) {
 		t.Fatalf("failing again: %v %+v", err, k2.failed)
 	}
@@ -83,14 +83,14 @@ func TestKeyringReload(t *testing.T) {
 	other := t.TempDir()
 	writeKeyPair(t, other, "a.test", false)
 	os.Rename(filepath.Join(other, "a.test.key"), filepath.Join(dir, "a.test.key"))
-	k3, err := buildKeyring(cfg, k2, t0)
+	k3, err := buildKeyring(cfg, k2, nil, t0)
 	if err != nil || len(k3.failed) != 1 || !strings.Contains(k3.failed[0].Error, "does not match") {
 		t.Fatalf("a mismatched key: %v %+v", err, k3.failed)
 	}
 
 	// Fixed: loaded, and no failure is left.
 	writeKeyPair(t, dir, "a.test", false)
-	k4, err := buildKeyring(cfg, k3, t0)
+	k4, err := buildKeyring(cfg, k3, nil, t0)
 	if err != nil || len(k4.failed) != 0 || string(k4.certs[0].Chain[0]) == string(start.certs[0].Chain[0]) {
 		t.Fatalf("fixed: %v %+v", err, k4.failed)
 	}
@@ -98,57 +98,14 @@ func TestKeyringReload(t *testing.T) {
 	// A new certificate that does not load is not served; a listener
 	// left with none fails the reload; at start, any failure does.
 	withC := keysConfig(t, dir, "a", "b", "c")
-	k5, err := buildKeyring(withC, k4, t0)
+	k5, err := buildKeyring(withC, k4, nil, t0)
 	if err != nil || len(k5.certs) != 2 || len(k5.failed) != 1 || k5.failed[0].Kept || !strings.Contains(k5.failed[0].Error, "c.test.pem") {
 		t.Fatalf("a new certificate whose files are missing: %v %+v", err, k5.failed)
 	}
-	if _, err := buildKeyring(keysConfig(t, dir, "c"), k4, t0); err == nil || !strings.Contains(err.Error(), "no certificate could be loaded") {
+	if _, err := buildKeyring(keysConfig(t, dir, "c"), k4, nil, t0); err == nil || !strings.Contains(err.Error(), "no certificate could be loaded") {
 		t.Errorf("a listener with no certificate: %v", err)
 	}
 	if _, err := loadKeyring(withC); err == nil || !strings.Contains(err.Error(), "keys.hcl:") {
 		t.Errorf("at start: %v", err)
 	}
-}
-
-// A damaged PEM block is reported at its own line, even when a good block
-// follows it.
-func TestReadPEMLines(t *testing.T) {
-	dir := t.TempDir()
-	writeKeyPair(t, dir, "x.test", false)
-	good, _ := os.ReadFile(filepath.Join(dir, "x.test.pem"))
-	path := filepath.Join(dir, "chain.pem")
-	os.WriteFile(path, append(append(good, "\n-----BEGIN CERTIFICATE-----\nAAAA\n"...), good...), 0o600)
-	line := strings.Count(string(good), "\n") + 2
-	if _, err := readPEM(path); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s:%d:", path, line)) {
-		t.Errorf("readPEM: %v, want line %d", err, line)
-	}
-	blocks, err := readPEM(filepath.Join(dir, "x.test.pem"))
-	if err != nil || len(blocks) != 1 || blocks[0].line != 1 {
-		t.Errorf("a good file: %v %v", err, blocks)
-	}
-}
-
-// parsePEM never panics, reports a line within the file, and returns blocks
-// in order with increasing lines.
-func FuzzParsePEM(f *testing.F) {
-	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
-	f.Add([]byte("junk\n-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----\n-----BEGIN X-----\nAAAA\n-----END X-----\n"))
-	f.Add([]byte("-----BEGIN PRIVATE KEY-----\nAAAA\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		blocks, err := parsePEM("f.pem", data)
-		lines := 1 + strings.Count(string(data), "\n")
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "f.pem:") || len(blocks) != 0 {
-				t.Fatalf("error %v with %d blocks", err, len(blocks))
-			}
-			return
-		}
-		last := 0
-		for _, b := range blocks {
-			if b.line < last || b.line > lines {
-				t.Fatalf("block at line %d after %d, of %d lines", b.line, last, lines)
-			}
-			last = b.line
-		}
-	})
 }

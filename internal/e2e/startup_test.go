@@ -71,6 +71,35 @@ func TestStartupRefusesUnstartableConfigs(t *testing.T) {
 				"default.hcl:10,", `static.root "` + filepath.Join(dir, "examples", "www") + `": no such file or directory`,
 			}
 		}, nil},
+		{"tls-certificates", func(t *testing.T, dir string) (string, []string) {
+			// Every broken certificate of every listener, each at its
+			// block, with the file's other errors.
+			a := writeCert(t, dir, "a", false, "a.test")
+			b := writeCert(t, dir, "b", false, "b.test")
+			for _, f := range []string{a.key, b.key} {
+				if err := os.Chown(f, 65534, 65534); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src := ok + "user = \"nobody\"\nworkers {\n  count = 0\n}\n" +
+				tlsListener("a", "a.pem", "b.key") + tlsListener("b", "missing.pem", "b.key")
+			return src, []string{
+				blockAt(src, "a"), "the key in " + b.key + ":1 does not match the certificate in " + a.cert + ":1",
+				blockAt(src, "b"), "open " + filepath.Join(dir, "missing.pem") + ": no such file or directory",
+				"gatehouse.hcl:8,", "workers.count",
+			}
+		}, nil},
+		{"tls-key-root-only", func(t *testing.T, dir string) (string, []string) {
+			if os.Geteuid() != 0 {
+				t.Skip("started as root, the supervisor reads its keys again as its user on every reload")
+			}
+			writeCert(t, dir, "a", false, "a.test") // the key root's, mode 0600
+			src := ok + "user = \"nobody\"\n" + tlsListener("a", "a.pem", "a.key")
+			return src, []string{
+				blockAt(src, "a"), "reading as nobody (uid 65534, gid 65534): open " + filepath.Join(dir, "a.key") + ": permission denied",
+				"reads the files again on every reload",
+			}
+		}, nil},
 		{"admin-dir", func(t *testing.T, dir string) (string, []string) {
 			return listener + ok + "admin {\n  socket = \"run/gh/admin.sock\"\n}\n", []string{
 				"gatehouse.hcl:10,", `admin.socket "` + filepath.Join(dir, "run", "gh", "admin.sock") + `"`, "does not create it",
@@ -142,6 +171,49 @@ func TestStartupRefusesUnstartableConfigs(t *testing.T) {
 				tc.after(t, dir)
 			}
 		})
+	}
+}
+
+// tlsListener is a listener block named name on a free port of 127.0.0.1
+// with one certificate block, also named name.
+func tlsListener(name, cert, key string) string {
+	return fmt.Sprintf("listener %q {\n  address = \"127.0.0.1:0\"\n  tls {\n    certificate %q {\n      cert = %q\n      key  = %q\n    }\n  }\n}\n", name, name, cert, key)
+}
+
+// blockAt is "gatehouse.hcl:N,", the start of the certificate block name.
+func blockAt(src, name string) string {
+	for i, l := range strings.Split(src, "\n") {
+		if strings.Contains(l, fmt.Sprintf("certificate %q", name)) {
+			return fmt.Sprintf("gatehouse.hcl:%d,", i+1)
+		}
+	}
+	panic("no certificate block " + name)
+}
+
+// An expired certificate is served, as nginx serves it: -check passes
+// with a warning at its block that says when, as a date and days.
+func TestCheckWarnsExpiredCertificate(t *testing.T) {
+	dir := workerReadableTempDir(t)
+	expired := time.Now().Add(-40*24*time.Hour - time.Hour)
+	c := writeCertUntil(t, dir, "old", false, expired, "old.test")
+	if err := os.Chown(c.key, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	src := "route \"/\" {\n  respond {}\n}\nuser = \"nobody\"\n" + tlsListener("old", "old.pem", "old.key")
+	if err := os.WriteFile(filepath.Join(dir, "gatehouse.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gatehouseBin, "-config", "gatehouse.hcl", "-check")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("-check: %v\n%s", err, out)
+	}
+	want := ": warning: Expired certificate; listener \"old\": tls: certificate \"old\": the certificate in " +
+		c.cert + " (CN=old.test) expired " + expired.UTC().Format(time.DateOnly) + " (40 days ago)"
+	if !strings.Contains(string(out), "gatehouse: "+blockAt(src, "old")) || !strings.Contains(string(out), want) ||
+		!strings.Contains(string(out), "configuration gatehouse.hcl is valid") {
+		t.Errorf("-check output:\n%s\nwant a line at %s with %q", out, blockAt(src, "old"), want)
 	}
 }
 

@@ -34,8 +34,15 @@ type testCert struct {
 }
 
 // writeCert generates a self-signed certificate for names (ECDSA P-256, or
-// RSA 2048 when rsaKey) under dir. No key is ever committed.
+// RSA 2048 when rsaKey) under dir, valid for a day. No key is ever
+// committed.
 func writeCert(t *testing.T, dir, file string, rsaKey bool, names ...string) testCert {
+	t.Helper()
+	return writeCertUntil(t, dir, file, rsaKey, time.Now().Add(24*time.Hour), names...)
+}
+
+// writeCertUntil is writeCert of a certificate that expires at notAfter.
+func writeCertUntil(t *testing.T, dir, file string, rsaKey bool, notAfter time.Time, names ...string) testCert {
 	t.Helper()
 	var key crypto.Signer
 	var err error
@@ -51,8 +58,8 @@ func writeCert(t *testing.T, dir, file string, rsaKey bool, names ...string) tes
 		SerialNumber:          big.NewInt(time.Now().UnixNano()),
 		Subject:               pkix.Name{CommonName: names[0]},
 		DNSNames:              names,
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotBefore:             notAfter.Add(-25 * time.Hour),
+		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,

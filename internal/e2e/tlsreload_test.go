@@ -340,7 +340,18 @@ listener "https" {
 	if err := os.WriteFile(pemPath, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	logged := len(s.p.log())
 	st = s.reload(t)
+	// Not "configuration reloaded" after a reload that failed; the line
+	// is written before the status shows the failure, and read after.
+	l := ""
+	for i := 0; i < 250 && !strings.Contains(l, "reload incomplete"); i++ {
+		time.Sleep(20 * time.Millisecond)
+		l = s.p.log()[logged:]
+	}
+	if strings.Contains(l, "configuration reloaded") || !strings.Contains(l, "reload incomplete") {
+		t.Errorf("the log of a reload whose certificate failed:\n%s", l)
+	}
 	if len(st.CertificateErrors) != 1 || !st.CertificateErrors[0].Kept || !strings.Contains(st.CertificateErrors[0].Error, pemPath+":1:") {
 		t.Errorf("status after a damaged file: %+v", st.CertificateErrors)
 	}
@@ -376,6 +387,27 @@ listener "https" {
 	}
 	if err := a.get(); err != nil {
 		t.Errorf("the connection opened before the reloads, at the end: %v", err)
+	}
+
+	// A key its account may not read: the failure names the account.
+	s.writeCert(t, "default.test", "unreadable.test")
+	keyPath := filepath.Join(s.keys, "default.key")
+	if err := os.Chown(keyPath, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	st = s.reload(t)
+	want := "reading as nobody (uid 65534, gid 65534): open " + keyPath + ": permission denied"
+	if len(st.CertificateErrors) != 1 || !strings.Contains(st.CertificateErrors[0].Error, want) {
+		t.Errorf("status after a key nobody may read: %+v, want %q", st.CertificateErrors, want)
+	}
+	if len(st.Certificates) != 1 || !slices.Contains(st.Certificates[0].DNSNames, "third.test") {
+		t.Errorf("the running certificate is not listed: %+v", st.Certificates)
+	}
+	if err := os.Chown(keyPath, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if st = s.reload(t); len(st.CertificateErrors) != 0 || !slices.Contains(st.Certificates[0].DNSNames, "unreadable.test") {
+		t.Errorf("status once nobody may read the key: %+v", st)
 	}
 }
 

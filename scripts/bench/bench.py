@@ -40,6 +40,7 @@ import argparse
 import atexit
 import json
 import os
+import pwd
 import re
 import resource
 import shutil
@@ -750,6 +751,17 @@ def make_cert(out):
     os.chmod(d, 0o755)
     os.chmod(cert, 0o644)
     os.chmod(key, 0o600)
+    if os.geteuid() == 0:
+        # gatehouse started as root reads the key again as the account it
+        # drops to (no `user` set: gatehouse, else nobody), and refuses to
+        # start when that account cannot.
+        for name in ("gatehouse", "nobody"):
+            try:
+                pw = pwd.getpwnam(name)
+            except KeyError:
+                continue
+            os.chown(key, pw.pw_uid, pw.pw_gid)
+            break
     return cert, key
 
 

@@ -68,7 +68,9 @@ func Main(args []string, stderr io.Writer) int {
 	if *path == "" {
 		cfg, err = config.Default()
 	} else {
-		cfg, err = config.Load(*path)
+		// The TLS keys as the account that reads them again on every
+		// reload: the supervisor's, once it dropped privileges.
+		cfg, err = config.LoadWith(*path, config.ParseOptions{KeysAsUser: true})
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gatehouse: %v\n", err)
@@ -80,6 +82,9 @@ func Main(args []string, stderr io.Writer) int {
 		return ExitConfig
 	}
 	if *check {
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(stderr, "gatehouse: %s\n", w)
+		}
 		fmt.Fprintf(stderr, "gatehouse: configuration %s is valid\n", cfg.Filename)
 		return ExitOK
 	}
@@ -89,6 +94,9 @@ func Main(args []string, stderr io.Writer) int {
 		JSONFormat: cfg.Log.Format == "json",
 		Output:     stderr,
 	})
+	for _, w := range cfg.Warnings {
+		log.Warn("configuration", "warning", w)
+	}
 	return serve(cfg, *path, log)
 }
 
@@ -128,8 +136,11 @@ func serve(cfg *config.Config, path string, log hclog.Logger) int {
 	}
 	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, ConfigPath: path, Inherited: inherited})
 	if err != nil {
-		if errors.Is(err, supervisor.ErrBind) {
+		switch {
+		case errors.Is(err, supervisor.ErrBind):
 			return fail(ExitBind, err)
+		case errors.Is(err, supervisor.ErrCertificates):
+			return fail(ExitConfig, err)
 		}
 		return fail(ExitError, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
@@ -249,14 +250,15 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "bodies\t%d connections receiving a body outside the pool, %d bytes charged\n", s.BodyConns, s.BodyBytes)
 	fmt.Fprintf(tw, "streams\t%d streams and %d upgraded connections open of %d; refused for the budget: %d streams, %d upgrades\n",
 		s.Streams, s.Upgrades, s.StreamsMax, s.StreamsRefused, s.UpgradesRefused)
+	now := time.Now()
 	for _, c := range s.Certificates {
-		left := time.Until(c.NotAfter).Truncate(time.Hour)
-		when := "expires in " + left.String()
-		if left < 0 {
-			when = "EXPIRED " + (-left).String() + " ago"
+		// "expires 2027-01-05 (in 34 days)", "EXPIRED 2026-11-01 (31 days ago)".
+		when := expiry.Text(c.NotAfter, now)
+		if now.After(c.NotAfter) {
+			when = "EXPIRED" + strings.TrimPrefix(when, "expired")
 		}
-		fmt.Fprintf(tw, "certificate	%s/%s: %s; %s, %s; loaded %s\n", safe(c.Listener), safe(c.Name), safeJoin(c.DNSNames),
-			when, c.NotAfter.UTC().Format(time.RFC3339), c.Loaded.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "certificate	%s/%s: %s; %s; loaded %s\n", safe(c.Listener), safe(c.Name), safeJoin(c.DNSNames),
+			when, c.Loaded.UTC().Format(time.RFC3339))
 	}
 	for _, e := range s.CertificateErrors {
 		kept := "the previous one is served"
