@@ -40,7 +40,11 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	if s.opts.ConfigPath == "" {
 		return ErrNoConfigFile
 	}
-	cfg, err := config.LoadWith(s.opts.ConfigPath, config.ParseOptions{Handlers: s.opts.Handlers})
+	opt := config.ParseOptions{Handlers: s.opts.Handlers}
+	if s.heldRoots != nil {
+		opt.OpenRoot = s.openRoot
+	}
+	cfg, err := config.LoadWith(s.opts.ConfigPath, opt)
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
@@ -98,6 +102,9 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	if err := <-reply; err != nil {
 		return err
+	}
+	if err := s.holdRoots(spec); err != nil {
+		s.log.Error("keeping the static roots for the next reload", "error", err)
 	}
 	s.accessLog = cfg.Log
 	s.keys = keys
