@@ -25,6 +25,10 @@ import (
 // exist in the worker program, a configured chroot is an empty directory and
 // the admin socket's directory exists; and what the supervisor must read:
 // every TLS certificate and key loads as it will be served (LoadKeyPair).
+//
+// A static root is opened by the supervisor, while it still can, and handed
+// to the workers as a descriptor: their account needs to list and search
+// the root itself, not the directories above it.
 
 // hostChecks is the decoder's state for the host checks.
 type hostChecks struct {
@@ -39,6 +43,9 @@ type hostChecks struct {
 	// certificates: the certificate and key files are read
 	// (ParseOptions.SkipCertificates unset).
 	certificates bool
+	// openRoot opens a static root (ParseOptions.OpenRoot); nil opens the
+	// path.
+	openRoot func(path string) (*os.File, error)
 }
 
 // checkUser resolves the supervisor's account from cfg.User and the
@@ -68,16 +75,44 @@ func (d *decoder) checkUser(user, workerUser string, rng hcl.Range) {
 	d.host.account = &acct
 }
 
-// checkRoot reports a static root the workers cannot open.
+// checkRoot reports a static root the supervisor cannot open or the
+// workers cannot read.
 func (d *decoder) checkRoot(route, root string, rng hcl.Range) bool {
-	if err := checkDir(root); err != nil {
-		d.errorf(rng, "Invalid static root", "%s: static.root %s.", route, err)
+	open := d.host.openRoot
+	if open == nil {
+		open = sandbox.OpenRootDir
+	}
+	f, err := open(root)
+	if err == nil && f == nil {
+		// No root descriptors on this system: the workers open the path.
+		f, err = os.Open(root)
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			d.errorf(rng, "Unreadable static root", "%s: static.root %q cannot be opened by the supervisor's account (uid %d, gid %d), which hands it to the workers: %s.", route, root, os.Geteuid(), os.Getegid(), unsearchable(root, err))
+		} else {
+			d.errorf(rng, "Invalid static root", "%s: static.root %q: %v.", route, root, err)
+		}
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		d.errorf(rng, "Invalid static root", "%s: static.root %q: %v.", route, root, err)
+		return false
+	case !fi.IsDir():
+		d.errorf(rng, "Invalid static root", "%s: static.root %q is not a directory.", route, root)
 		return false
 	}
 	if d.host.account == nil {
 		return true
 	}
-	if err := canRead(root, *d.host.account); err != nil {
+	if err := canRead(f, fi, *d.host.account); err != nil {
 		d.errorf(rng, "Unreadable static root", "%s: static.root %q cannot be opened by the workers' account %s: %s.", route, root, d.host.account, err)
 		return false
 	}
@@ -153,50 +188,49 @@ func (d *decoder) checkSocketDir(path string, rng hcl.Range) {
 	}
 }
 
-// canRead reports whether acct can search every directory leading to dir
-// and read and search dir itself, or an error naming the directory that
-// stops it with its mode and owner. For the supervisor's own account the
-// kernel decides (access(2)); for another, the permission bits do, as for a
-// process of that uid and gid without supplementary groups (a worker's).
-func canRead(dir string, acct sandbox.Account) error {
-	dir = filepath.Clean(dir)
-	var paths []string
-	for p := dir; ; p = filepath.Dir(p) {
-		paths = append(paths, p)
+// canRead reports whether acct can list and search the directory f (fi its
+// status), or an error naming it with its mode and owner. Only the root
+// itself counts: the workers are handed it open. For the supervisor's own
+// account the kernel decides (faccessat2); for another, the permission bits
+// do, as for a process of that uid and gid without supplementary groups (a
+// worker's).
+func canRead(f *os.File, fi os.FileInfo, acct sandbox.Account) error {
+	if allowed(f, fi, acct, unix.R_OK|unix.X_OK) {
+		return nil
+	}
+	return errors.New(modeError(f.Name(), "list and search"))
+}
+
+// unsearchable names the directory above path that the process may not
+// search, with its mode and owner; err when none is found.
+func unsearchable(path string, err error) string {
+	for p := filepath.Dir(filepath.Clean(path)); ; p = filepath.Dir(p) {
+		if unix.Access(p, unix.X_OK) != nil {
+			return modeError(p, "search")
+		}
 		if p == filepath.Dir(p) {
-			break
+			return err.Error()
 		}
 	}
-	slices.Reverse(paths)
-	for i, p := range paths {
-		need, verb := uint32(unix.X_OK), "search"
-		if i == len(paths)-1 {
-			need, verb = unix.R_OK|unix.X_OK, "list and search"
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return fmt.Errorf("%q: %v", p, err)
-		}
-		if allowed(p, fi, acct, need) {
-			continue
-		}
-		owner := ""
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			owner = fmt.Sprintf(", owner %d:%d", st.Uid, st.Gid)
-		}
-		return fmt.Errorf("directory %q has mode %04o%s, which does not let it %s", p, fi.Mode().Perm(), owner, verb)
+}
+
+// modeError describes a directory that does not let an account do what.
+func modeError(path, what string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Sprintf("directory %q does not let it %s", path, what)
 	}
-	return nil
+	owner := ""
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		owner = fmt.Sprintf(", owner %d:%d", st.Uid, st.Gid)
+	}
+	return fmt.Sprintf("directory %q has mode %04o%s, which does not let it %s", path, fi.Mode().Perm(), owner, what)
 }
 
 // allowed applies the permission bits of fi for need (R_OK, X_OK bits).
-func allowed(path string, fi os.FileInfo, acct sandbox.Account, need uint32) bool {
+func allowed(f *os.File, fi os.FileInfo, acct sandbox.Account, need uint32) bool {
 	if acct.Name == "" {
-		return unix.Access(path, need) == nil
+		return accessFile(f, need) == nil
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {

@@ -29,8 +29,10 @@ func hostParse(dir, src string, handlers ...string) error {
 	return err
 }
 
-// A document root the workers' account cannot reach is refused, naming the
-// key, file:line, the directory that stops it, its mode and the account.
+// A document root the workers' account cannot read is refused, naming the
+// key, file:line, the directory itself, its mode and the account; a root
+// under a directory only the supervisor can search is accepted: the
+// supervisor opens it and hands it to the workers.
 func TestHostRootUnreadable(t *testing.T) {
 	base := readableTempDir(t)
 	private := filepath.Join(base, "private")
@@ -38,43 +40,43 @@ func TestHostRootUnreadable(t *testing.T) {
 	if err := os.MkdirAll(www, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// Root reads everything through access(2), so only the mode bits as
-	// the workers' account see them can refuse; others lose search
-	// permission on their own directory with mode 0.
-	mode := os.FileMode(0o700)
+	t.Cleanup(func() { os.Chmod(private, 0o755); os.Chmod(www, 0o755) })
+	src := minimal + "route \"/s\" {\n  static {\n    root = \"private/www\"\n  }\n}\n"
 	if os.Geteuid() != 0 {
-		mode = 0
+		// Another account loses search permission on its own directory
+		// with mode 0: the supervisor could not open the root.
+		if err := os.Chmod(private, 0); err != nil {
+			t.Fatal(err)
+		}
+		err := hostParse(base, src)
+		wantError(t, src, err, "file.hcl:10,12-", "Unreadable static root", `route "/s": static.root`,
+			"cannot be opened by the supervisor's account", fmt.Sprintf("directory %q has mode 0000", private), "does not let it search")
+		return
 	}
-	if err := os.Chmod(private, mode); err != nil {
+	acct, err := sandbox.WorkerAccount("", "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Chmod(private, 0o755) })
-	src := minimal + "route \"/s\" {\n  static {\n    root = \"private/www\"\n  }\n}\n"
-	err := hostParse(base, src)
-	wantError(t, src, err, "file.hcl:10,12-", "Unreadable static root", `route "/s": static.root`,
-		fmt.Sprintf("directory %q has mode %04o", private, mode), "does not let it search")
-	if os.Geteuid() == 0 {
-		acct, aerr := sandbox.WorkerAccount("", "")
-		if aerr != nil {
-			t.Fatal(aerr)
-		}
-		wantError(t, src, err, acct.String())
-	}
-	// The same tree, searchable: accepted.
-	if err := os.Chmod(private, 0o755); err != nil {
+	// Root's directory above the root, closed to everyone else: accepted.
+	if err := os.Chmod(private, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := hostParse(base, src); err != nil {
-		t.Errorf("a searchable root: %v", err)
+		t.Errorf("a root under a directory of mode 0700: %v", err)
 	}
+	// The root itself closed to the workers' account: refused.
+	if err := os.Chmod(www, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err = hostParse(base, src)
+	wantError(t, src, err, "file.hcl:10,12-", "Unreadable static root", `route "/s": static.root`, acct.String(),
+		fmt.Sprintf("directory %q has mode 0700, owner 0:0", www), "does not let it list and search")
 	// A root the account can search but not list.
 	if err := os.Chmod(www, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	if os.Geteuid() == 0 {
-		err = hostParse(base, src)
-		wantError(t, src, err, "Unreadable static root", fmt.Sprintf("directory %q has mode 0711", www), "does not let it list and search")
-	}
+	err = hostParse(base, src)
+	wantError(t, src, err, "Unreadable static root", fmt.Sprintf("directory %q has mode 0711", www), "does not let it list and search")
 }
 
 func TestHostEmbedded(t *testing.T) {

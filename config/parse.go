@@ -39,6 +39,11 @@ type ParseOptions struct {
 	// (LoadKeyPair) and keeps the running certificate of a block whose
 	// files fail to load.
 	SkipCertificates bool
+	// OpenRoot opens a static root for the host checks, which close it:
+	// the directory workers will be handed (docs/DESIGN.md §5). Default:
+	// open the path (O_PATH). A reloading supervisor, whose account may no
+	// longer reach a root it opened at start, answers with that one.
+	OpenRoot func(path string) (*os.File, error)
 }
 
 // Load reads and parses the file at path for a worker program without
@@ -76,7 +81,7 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 	cfg.BaseDir = base
 	d := &decoder{diags: diags}
 	if !opt.SkipFSChecks {
-		d.host = &hostChecks{handlers: opt.Handlers, keysAsUser: opt.KeysAsUser, certificates: !opt.SkipCertificates}
+		d.host = &hostChecks{handlers: opt.Handlers, keysAsUser: opt.KeysAsUser, certificates: !opt.SkipCertificates, openRoot: opt.OpenRoot}
 	}
 	d.root(file.Body, &cfg)
 	if d.diags.HasErrors() {

@@ -14,7 +14,9 @@ import (
 // it returns, the process cannot open files outside its roots, create
 // sockets, exec, or regain privilege, whatever the error.
 //
-// Apply does not close or take ownership of any descriptor the caller holds.
+// Apply does not close or take ownership of any descriptor the caller holds,
+// p.RootFDs included; in its own user namespace it moves each of those
+// detached trees to its place in the new root.
 func Apply(p Policy) ([]Layer, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -26,13 +28,16 @@ func Apply(p Policy) ([]Layer, error) {
 	inInitNS, nsErr := inInitialUserNS()
 	uidMap := readIDMap("/proc/self/uid_map")
 	uid, gid, userErr := lookupUser(p.User)
-	rootFDs, rootErr := openRoots(p.Roots)
-	defer closeAll(rootFDs)
+	rootFDs, trees, rootErr := p.RootFDs, len(p.RootFDs) > 0, error(nil)
+	if !trees {
+		rootFDs, rootErr = openRoots(p.Roots)
+		defer closeAll(rootFDs)
+	}
 
 	var layers []Layer
 	switch {
 	case nsErr == nil && !inInitNS && rootErr == nil:
-		layers = append(layers, applyPivotRoot(p.Roots, rootFDs))
+		layers = append(layers, applyPivotRoot(p.Roots, rootFDs, trees))
 	default:
 		// In the initial user namespace the mount namespace may be the
 		// host's: never pivot it. A chroot confines paths, but not a

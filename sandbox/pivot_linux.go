@@ -25,7 +25,11 @@ const rootMountAttrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MO
 // It needs CAP_SYS_ADMIN over the mount namespace, which the worker holds as
 // root of its own user namespace; in the initial user namespace Apply uses
 // applyChroot instead, since the mount namespace may be the host's.
-func applyPivotRoot(roots []string, rootFDs []int) Layer {
+//
+// With trees, each of rootFDs is a detached mount tree (RootTrees), moved
+// into place: a descriptor of a directory opened in another mount namespace
+// cannot be bound in this one.
+func applyPivotRoot(roots []string, rootFDs []int, trees bool) Layer {
 	l := Layer{Name: pivotRootLayer}
 	fail := func(what string, err error) Layer {
 		l.Detail = fmt.Sprintf("%s: %v", what, err)
@@ -61,7 +65,7 @@ func applyPivotRoot(roots []string, rootFDs []int) Layer {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return fail("creating mount point for "+roots[i], err)
 		}
-		if err := bindReadOnly(rootFDs[i], target); err != nil {
+		if err := bindReadOnly(rootFDs[i], target, trees); err != nil {
 			return fail("binding "+roots[i], err)
 		}
 	}
@@ -88,18 +92,22 @@ func applyPivotRoot(roots []string, rootFDs []int) Layer {
 }
 
 // bindReadOnly attaches a read-only copy of the mount tree at fd (the root
-// and every mount below it) on target.
-func bindReadOnly(fd int, target string) error {
-	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
-	if err != nil {
-		return os.NewSyscallError("open_tree", err)
+// and every mount below it) on target; with tree, fd is a detached tree,
+// made read-only and attached itself.
+func bindReadOnly(fd int, target string, tree bool) error {
+	if !tree {
+		t, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+		if err != nil {
+			return os.NewSyscallError("open_tree", err)
+		}
+		defer unix.Close(t)
+		fd = t
 	}
-	defer unix.Close(tree)
 	attr := unix.MountAttr{Attr_set: rootMountAttrs}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		return os.NewSyscallError("mount_setattr", err)
 	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return os.NewSyscallError("move_mount", err)
 	}
 	return nil

@@ -4,8 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 )
+
+// MaxRootFDs bounds the roots passed to a worker as descriptors: one
+// SCM_RIGHTS message carries at most 253 (SCM_MAX_FD), and the spawner's
+// also carries the worker's channel and output pipe.
+const MaxRootFDs = 251
 
 // Mode says what happens when a layer cannot be applied.
 type Mode int
@@ -85,6 +92,14 @@ type Policy struct {
 	// Roots are absolute, clean document roots the worker may read (and
 	// nothing else).
 	Roots []string
+	// RootFDs, when set, are descriptors the worker inherited for Roots,
+	// one each in the same order: detached read-only mount trees of them
+	// (RootTrees) when the worker has user and mount namespaces of its own,
+	// else O_PATH directories. Apply then uses them instead of opening the
+	// paths, so that the workers' account needs read and search permission
+	// on each root itself only, not on the directories above it. Apply
+	// does not close them.
+	RootFDs []int
 	// User is the account the worker runs as when the supervisor runs as
 	// root: a name from /etc/passwd, "uid" or "uid:gid". "" means
 	// nobody (65534:65534).
@@ -108,32 +123,56 @@ type Policy struct {
 }
 
 // WithMode returns a copy of p with the given mode.
-func (p Policy) WithMode(m Mode) Policy { p.Roots = cloneStrings(p.Roots); p.Mode = m; return p }
+func (p Policy) WithMode(m Mode) Policy { p = p.clone(); p.Mode = m; return p }
 
 // BestEffort returns a copy of p in BestEffort mode.
 func (p Policy) BestEffort() Policy { return p.WithMode(BestEffort) }
 
 // WithSeccompAction returns a copy of p with the given seccomp default action.
 func (p Policy) WithSeccompAction(a SeccompAction) Policy {
-	p.Roots = cloneStrings(p.Roots)
+	p = p.clone()
 	p.SeccompAction = a
 	return p
 }
 
-// WithRoots returns a copy of p whose roots are roots (copied).
-func (p Policy) WithRoots(roots ...string) Policy { p.Roots = cloneStrings(roots); return p }
+// WithRoots returns a copy of p whose roots are roots (copied), opened by
+// path.
+func (p Policy) WithRoots(roots ...string) Policy {
+	p = p.clone()
+	p.Roots, p.RootFDs = cloneStrings(roots), nil
+	return p
+}
+
+// WithRootFDs returns a copy of p whose roots are roots, inherited as fds
+// (see RootFDs; both copied).
+func (p Policy) WithRootFDs(roots []string, fds []int) Policy {
+	p = p.WithRoots(roots...)
+	if len(fds) > 0 {
+		p.RootFDs = append([]int(nil), fds...)
+	}
+	return p
+}
 
 // WithUser returns a copy of p that runs as user.
 func (p Policy) WithUser(user string) Policy {
-	p.Roots = cloneStrings(p.Roots)
+	p = p.clone()
 	p.User = user
 	return p
 }
 
 // WithChroot returns a copy of p that chroots into dir.
 func (p Policy) WithChroot(dir string) Policy {
-	p.Roots = cloneStrings(p.Roots)
+	p = p.clone()
 	p.Chroot = dir
+	return p
+}
+
+// clone returns p with slices of its own.
+func (p Policy) clone() Policy {
+	p.Roots = cloneStrings(p.Roots)
+	if p.RootFDs != nil {
+		p.RootFDs = append([]int(nil), p.RootFDs...)
+	}
 	return p
 }
 
@@ -160,6 +199,19 @@ func (p Policy) Validate() error {
 			return err
 		}
 	}
+	if len(p.RootFDs) > 0 {
+		if len(p.RootFDs) != len(p.Roots) {
+			return fmt.Errorf("sandbox: %d root descriptors for %d roots", len(p.RootFDs), len(p.Roots))
+		}
+		if len(p.RootFDs) > MaxRootFDs {
+			return fmt.Errorf("sandbox: %d roots; at most %d distinct static roots can be passed to a worker", len(p.RootFDs), MaxRootFDs)
+		}
+		for i, fd := range p.RootFDs {
+			if fd < 3 || slices.Contains(p.RootFDs[:i], fd) {
+				return fmt.Errorf("sandbox: invalid root descriptor %d", fd)
+			}
+		}
+	}
 	if p.Chroot != "" {
 		if err := checkAbs("chroot", p.Chroot); err != nil {
 			return err
@@ -184,6 +236,7 @@ const (
 	argMode    = "mode"
 	argSeccomp = "seccomp"
 	argRoot    = "root"
+	argRootFD  = "root-fd"
 	argUser    = "user"
 	argChroot  = "chroot"
 	argAppends = "appends-file"
@@ -198,6 +251,9 @@ func (p Policy) Args() []string {
 	}
 	for _, r := range p.Roots {
 		args = append(args, argPrefix+argRoot+"="+r)
+	}
+	for _, fd := range p.RootFDs {
+		args = append(args, argPrefix+argRootFD+"="+strconv.Itoa(fd))
 	}
 	if p.User != "" {
 		args = append(args, argPrefix+argUser+"="+p.User)
@@ -227,7 +283,7 @@ func ParseArgs(args []string) (Policy, error) {
 		if !ok || !hasEq {
 			return Policy{}, fmt.Errorf("sandbox: malformed argument %q (want -sandbox.KEY=VALUE)", a)
 		}
-		if k != argRoot {
+		if k != argRoot && k != argRootFD {
 			if seen[k] {
 				return Policy{}, fmt.Errorf("sandbox: argument -sandbox.%s repeated", k)
 			}
@@ -241,6 +297,11 @@ func ParseArgs(args []string) (Policy, error) {
 			p.SeccompAction, err = ParseSeccompAction(v)
 		case argRoot:
 			p.Roots = append(p.Roots, v)
+		case argRootFD:
+			var fd int
+			if fd, err = strconv.Atoi(v); err == nil {
+				p.RootFDs = append(p.RootFDs, fd)
+			}
 		case argUser:
 			p.User = v
 		case argChroot:

@@ -20,6 +20,7 @@ func TestArgsRoundTrip(t *testing.T) {
 		{"user and chroot", sandbox.Policy{}.WithUser("www-data").WithChroot("/var/empty")},
 		{"appends a file", sandbox.Policy{AppendsFile: true}},
 		{"numeric user", sandbox.Policy{}.WithUser("1000:1000").WithRoots("/")},
+		{"root descriptors", sandbox.Policy{}.WithRootFDs([]string{"/srv/a", "/srv/b"}, []int{4, 5})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,6 +54,10 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"-sandbox.colour=blue"}, "unknown argument"},
 		{[]string{"-sandbox.mode"}, "malformed"},
 		{[]string{"--verbose"}, "malformed"},
+		{[]string{"-sandbox.root=/a", "-sandbox.root-fd=4", "-sandbox.root-fd=5"}, "2 root descriptors for 1 roots"},
+		{[]string{"-sandbox.root=/a", "-sandbox.root-fd=2"}, "invalid root descriptor 2"},
+		{[]string{"-sandbox.root=/a", "-sandbox.root=/b", "-sandbox.root-fd=4", "-sandbox.root-fd=4"}, "invalid root descriptor 4"},
+		{[]string{"-sandbox.root=/a", "-sandbox.root-fd=x"}, "invalid syntax"},
 	}
 	for _, tt := range tests {
 		_, err := sandbox.ParseArgs(tt.args)

@@ -147,10 +147,11 @@ type Exit struct {
 }
 
 // Spawn asks the spawner to start a worker with args (without the program
-// name), ipc as its fd 3 and out as its stdout and stderr. It does not take
-// ownership of ipc or out. It returns the worker's pid and a channel that
-// receives how it ended.
-func (c *Client) Spawn(args []string, ipc, out *os.File) (int, <-chan Exit, error) {
+// name), ipc as its fd 3, out as its stdout and stderr and roots (O_PATH
+// directories, at most sandbox.MaxRootFDs) as its fds 4.. (RootFDs), which
+// args must name. It does not take ownership of ipc, out or roots. It
+// returns the worker's pid and a channel that receives how it ended.
+func (c *Client) Spawn(args []string, ipc, out *os.File, roots []*os.File) (int, <-chan Exit, error) {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -164,7 +165,11 @@ func (c *Client) Spawn(args []string, ipc, out *os.File) (int, <-chan Exit, erro
 	c.mu.Unlock()
 
 	c.sendMu.Lock()
-	err := send(c.fd, message{Op: "spawn", ID: id, Args: args}, int(ipc.Fd()), int(out.Fd()))
+	fds := []int{int(ipc.Fd()), int(out.Fd())}
+	for _, r := range roots {
+		fds = append(fds, int(r.Fd()))
+	}
+	err := send(c.fd, message{Op: "spawn", ID: id, Args: args}, fds...)
 	c.sendMu.Unlock()
 	if err != nil {
 		c.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -18,7 +19,13 @@ const workerPath = "/proc/self/exe"
 
 // Main runs the spawner on fd 3 until the supervisor closes it, then kills
 // every worker it started. It returns the exit status.
+//
+// Started by sandbox.RootTrees with TreeHelperArgs, it is that helper
+// instead.
 func Main() int {
+	if len(os.Args) > 1 && os.Args[len(os.Args)-1] == treeArg {
+		return sandbox.ExportTreeMain()
+	}
 	if err := sandbox.SetNoNewPrivs(); err != nil {
 		fmt.Fprintln(os.Stderr, "spawner: setting no_new_privs:", err)
 		return 1
@@ -60,12 +67,12 @@ func (s *server) serve() error {
 		}
 		switch m.Op {
 		case "spawn":
-			if len(fds) != 2 {
+			if len(fds) < 2 {
 				closeFDs(fds)
 				s.reply(message{Op: "started", ID: m.ID, Error: "spawn needs the channel and the output pipe"})
 				continue
 			}
-			go s.spawn(m, fds[0], fds[1])
+			go s.spawn(m, fds[0], fds[1], fds[2:])
 		case "check":
 			closeFDs(fds)
 			r := message{Op: "checked", ID: m.ID}
@@ -96,19 +103,38 @@ func (s *server) serve() error {
 
 // spawn starts one worker and waits for it, on a goroutine locked to its OS
 // thread for the worker's life (Pdeathsig fires when the creating thread
-// exits, golang/go#27505).
-func (s *server) spawn(m message, ipcFD, outFD int) {
+// exits, golang/go#27505). rootFDs are the worker's document roots, O_PATH
+// directories passed on as its fds 4.. or, when it gets namespaces of its
+// own, as mount trees of them.
+func (s *server) spawn(m message, ipcFD, outFD int, rootFDs []int) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	ipcF, out := os.NewFile(uintptr(ipcFD), "ipc"), os.NewFile(uintptr(outFD), "output")
+	roots := make([]*os.File, len(rootFDs))
+	for i, fd := range rootFDs {
+		roots[i] = os.NewFile(uintptr(fd), "root")
+	}
 	attr, _, err := workerAttr(m.Args)
+	var policy sandbox.Policy
+	if err == nil {
+		policy, err = workerPolicy(m.Args)
+	}
+	if err == nil && !slices.Equal(policy.RootFDs, RootFDs(len(roots))) {
+		err = fmt.Errorf("spawn: the worker's arguments name root descriptors %v for %d roots passed", policy.RootFDs, len(roots))
+	}
+	if err == nil && sandbox.NeedsRootTrees(attr) && len(roots) > 0 {
+		var trees []*os.File
+		trees, err = sandbox.RootTrees(workerPath, TreeHelperArgs(os.Args[1:]), attr, roots)
+		closeFiles(roots)
+		roots = trees
+	}
 	cmd := &exec.Cmd{
 		Path:        workerPath,
 		Args:        append([]string{os.Args[0]}, m.Args...),
 		Env:         []string{},
 		Stdout:      out,
 		Stderr:      out,
-		ExtraFiles:  []*os.File{ipcF},
+		ExtraFiles:  append([]*os.File{ipcF}, roots...),
 		SysProcAttr: attr,
 		Dir:         "/",
 	}
@@ -117,6 +143,7 @@ func (s *server) spawn(m message, ipcFD, outFD int) {
 	}
 	ipcF.Close()
 	out.Close()
+	closeFiles(roots)
 	if err != nil {
 		s.reply(message{Op: "started", ID: m.ID, Error: err.Error()})
 		return
@@ -148,15 +175,36 @@ func (s *server) killAll() {
 // workerAttr is the process attributes of a worker with args: the sandbox
 // policy among them decides its namespaces (sandbox.SpawnAttr).
 func workerAttr(args []string) (*syscall.SysProcAttr, []sandbox.Layer, error) {
+	policy, err := workerPolicy(args)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sandbox.SpawnAttr(policy)
+}
+
+// workerPolicy is the sandbox policy among a worker's args.
+func workerPolicy(args []string) (sandbox.Policy, error) {
 	var policyArgs []string
 	for _, a := range args {
 		if sandbox.IsArg(a) {
 			policyArgs = append(policyArgs, a)
 		}
 	}
-	policy, err := sandbox.ParseArgs(policyArgs)
-	if err != nil {
-		return nil, nil, err
+	return sandbox.ParseArgs(policyArgs)
+}
+
+// RootFDs are the descriptors a worker finds its n document roots at, as a
+// spawner or a supervisor starts it: 4.., after its channel (3).
+func RootFDs(n int) []int {
+	fds := make([]int, n)
+	for i := range fds {
+		fds[i] = 4 + i
 	}
-	return sandbox.SpawnAttr(policy)
+	return fds
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }

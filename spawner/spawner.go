@@ -7,8 +7,9 @@
 // refuses unprivileged user namespaces does the spawner keep CAP_SYS_ADMIN.
 //
 // The spawner reads requests on fd 3, a SOCK_SEQPACKET socket, one JSON
-// message per datagram: "spawn" (worker arguments, with the worker's channel
-// and its output pipe as SCM_RIGHTS) and "kill" (a pid it started). It
+// message per datagram: "spawn" (worker arguments, with the worker's channel,
+// its output pipe and its document roots as SCM_RIGHTS) and "kill" (a pid it
+// started). It
 // answers "started" and, when a worker ends, "exited". It starts only its
 // own executable as a worker, kills only its own children, and when the
 // supervisor goes away (end of fd 3) it kills every worker and exits.
@@ -25,11 +26,22 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"golang.org/x/sys/unix"
 )
 
 // Arg is the hidden subcommand that runs Main: `gatehouse spawner`.
 const Arg = "spawner"
+
+// treeArg, last on a spawner's command line, makes Main the helper that
+// exports a document root's mount tree (sandbox.RootTrees).
+const treeArg = "-export-tree"
+
+// TreeHelperArgs are the arguments that run the program started with
+// spawnerArgs (Arg by default) as that helper.
+func TreeHelperArgs(spawnerArgs []string) []string {
+	return append(append([]string(nil), spawnerArgs...), treeArg)
+}
 
 // channelFD is the descriptor the spawner's socket is passed as.
 const channelFD = 3
@@ -83,7 +95,7 @@ func send(fd int, m message, fds ...int) error {
 // A truncated message is an error; its descriptors are closed.
 func recv(fd int) (message, []int, error) {
 	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace((2+sandbox.MaxRootFDs)*4))
 	for {
 		n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EINTR {

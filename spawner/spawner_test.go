@@ -62,7 +62,7 @@ func spawnSleeper(t *testing.T, c *Client) (int, <-chan Exit, *os.File) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, exit, err := c.Spawn([]string{"sleeper", "-sandbox.mode=best-effort"}, theirs, pw)
+	pid, exit, err := c.Spawn([]string{"sleeper", "-sandbox.mode=best-effort"}, theirs, pw, nil)
 	theirs.Close()
 	pw.Close()
 	if err != nil {
@@ -145,7 +145,7 @@ func TestUnknownRequestEndsSpawner(t *testing.T) {
 	if e := waitExit(t, exit); e.Err == nil && e.Signal != syscall.SIGKILL {
 		t.Errorf("exit = %+v, want the worker killed with the spawner", e)
 	}
-	if _, _, err := c.Spawn([]string{"sleeper"}, os.Stdin, os.Stdout); err == nil {
+	if _, _, err := c.Spawn([]string{"sleeper"}, os.Stdin, os.Stdout, nil); err == nil {
 		t.Errorf("Spawn after an unknown request succeeded")
 	}
 }

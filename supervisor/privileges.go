@@ -28,8 +28,9 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 		return err
 	}
 	log := s.log
-	s.account = sandbox.Account{UID: os.Geteuid(), GID: os.Getegid()}
+	s.account = sandbox.Account{Name: "root", UID: 0, GID: 0}
 	if os.Geteuid() != 0 {
+		s.account = sandbox.Account{UID: os.Geteuid(), GID: os.Getegid()}
 		s.sharedUID = true
 		s.separation = "workers share the supervisor's uid (started unprivileged); user and pid namespaces separate them"
 		log.Warn("started unprivileged: workers run as the supervisor's uid, separated by user and pid namespaces only; start as root to give them an account of their own")
@@ -75,10 +76,7 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 // account may not create user namespaces, it starts it again keeping
 // CAP_SYS_ADMIN, the one capability that lets it.
 func (s *Supervisor) startSpawner(worker sandbox.Account) (*spawner.Client, error) {
-	args := s.opts.SpawnerArgs
-	if args == nil {
-		args = []string{spawner.Arg}
-	}
+	args := s.spawnerArgs()
 	opts := spawner.Options{
 		Path:       s.opts.WorkerPath,
 		Args:       args,
@@ -100,6 +98,14 @@ func (s *Supervisor) startSpawner(worker sandbox.Account) (*spawner.Client, erro
 	}
 	s.log.Warn("spawner keeps cap_sys_admin: the kernel refuses user namespaces to its account", "pid", sp.PID(), "account", worker.String(), "probe", refused)
 	return sp, nil
+}
+
+// spawnerArgs run WorkerPath as the spawner (Options.SpawnerArgs).
+func (s *Supervisor) spawnerArgs() []string {
+	if s.opts.SpawnerArgs == nil {
+		return []string{spawner.Arg}
+	}
+	return s.opts.SpawnerArgs
 }
 
 // privileges reports what the supervisor holds now, for the status.

@@ -43,7 +43,11 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	// The certificates are read below, where one that fails keeps the
 	// running one instead of failing the reload.
-	cfg, err := config.LoadWith(s.opts.ConfigPath, config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true})
+	opt := config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true}
+	if s.heldRoots != nil {
+		opt.OpenRoot = s.openRoot
+	}
+	cfg, err := config.LoadWith(s.opts.ConfigPath, opt)
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
@@ -104,6 +108,9 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	if err := <-reply; err != nil {
 		return err
+	}
+	if err := s.holdRoots(spec); err != nil {
+		s.log.Error("keeping the static roots for the next reload", "error", err)
 	}
 	s.accessLog = cfg.Log
 	s.keys = keys

@@ -13,7 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -89,6 +89,11 @@ type Supervisor struct {
 	separation    string
 
 	reloadMu sync.Mutex // serialises Reload and ReopenAccessLog
+	// heldRoots are the static roots' directories (O_PATH) by path, opened
+	// at start and kept for a reload that can no longer open them (see
+	// roots.go); nil where workers open their roots by path.
+	// +checklocks:reloadMu
+	heldRoots map[string]*os.File
 	// accessLog is the running configuration's log block, which
 	// ReopenAccessLog opens again. +checklocks:reloadMu
 	accessLog config.Log
@@ -180,13 +185,25 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		return nil, err
 	}
 	s.keys = s.boot.keys
+	// Opened as the listeners: the workers' account, and the supervisor's
+	// once privileges drop, may not search the directories above a root.
+	if s.heldRoots, err = openRoots(cfg); err != nil {
+		s.closeEarly()
+		return nil, err
+	}
 	// With the listeners bound, the supervisor keeps no privilege it does
 	// not need (docs/DESIGN.md §1).
 	if err := s.dropPrivileges(cfg); err != nil {
 		s.closeEarly()
 		return nil, fmt.Errorf("dropping privileges: %w", err)
 	}
-	if s.boot.spec, err = s.newWorkerSpec(cfg); err != nil {
+	s.reloadMu.Lock()
+	s.boot.spec, err = s.newWorkerSpec(cfg)
+	if err == nil {
+		err = s.holdRoots(s.boot.spec)
+	}
+	s.reloadMu.Unlock()
+	if err != nil {
 		s.closeEarly()
 		return nil, err
 	}
@@ -207,6 +224,10 @@ func (s *Supervisor) closeEarly() {
 	if s.boot.accessFD >= 0 {
 		unix.Close(s.boot.accessFD)
 	}
+	s.reloadMu.Lock()
+	closeRoots(s.heldRoots)
+	s.heldRoots = nil
+	s.reloadMu.Unlock()
 }
 
 // newSupervisor makes the handle, with nothing bound or started yet.
@@ -307,10 +328,18 @@ type workerSpec struct {
 	args   []string
 	attr   *syscall.SysProcAttr
 	layers []*proto.SandboxLayer // sandbox layers arranged at spawn
+	// roots are the static roots' directories (O_PATH) in the policy's
+	// order (rootPaths), passed to every worker of the spec as fds 4..;
+	// nil where workers open them by path. The spec owns them: they close
+	// with it (their finalizer) once no worker slot can be respawned with
+	// it.
+	roots     []*os.File
+	rootPaths []string
 }
 
 // newWorkerSpec derives the workers' spec from cfg. The namespaces are
 // probed here; in strict mode a missing one is an error (ErrSandbox).
+// +checklocks:s.reloadMu
 func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
 	opts := s.opts
 	args := append([]string(nil), opts.WorkerArgs...)
@@ -320,6 +349,16 @@ func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
 	policy, err := sandboxPolicy(cfg, s.workerAccount)
 	if err != nil {
 		return nil, err
+	}
+	roots, err := s.rootFiles(policy.Roots)
+	if err != nil {
+		return nil, err
+	}
+	if roots != nil {
+		policy = policy.WithRootFDs(policy.Roots, spawner.RootFDs(len(roots)))
+		if err := policy.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	var attr *syscall.SysProcAttr
 	var missing []sandbox.Layer
@@ -340,7 +379,8 @@ func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
 	for _, l := range missing {
 		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
 	}
-	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawnLayers(attr, missing)}, nil
+	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawnLayers(attr, missing),
+		roots: roots, rootPaths: policy.Roots}, nil
 }
 
 // procAttr is a copy of the process attributes, one per spawn.
@@ -361,13 +401,7 @@ func sandboxPolicy(cfg *config.Config, worker string) (sandbox.Policy, error) {
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	var roots []string
-	for _, r := range cfg.Routes {
-		if r.Static != nil && !slices.Contains(roots, r.Static.Root) {
-			roots = append(roots, r.Static.Root)
-		}
-	}
-	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: roots, User: worker, Chroot: cfg.Sandbox.Chroot,
+	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: configRoots(cfg), User: worker, Chroot: cfg.Sandbox.Chroot,
 		AppendsFile: accessLogIsFile(cfg)}
 	return p, p.Validate()
 }

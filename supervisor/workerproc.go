@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 )
 
@@ -158,18 +159,36 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 		s.spawnVia(slot, gen, spec, ch, theirs, pr, pw)
 		return
 	}
+	attr := spec.procAttr()
+	roots := spec.roots
+	var trees []*os.File
+	if sandbox.NeedsRootTrees(attr) && len(roots) > 0 {
+		// The worker cannot bind a directory opened in this mount
+		// namespace: it is given mount trees of its roots.
+		trees, err = sandbox.RootTrees(s.opts.WorkerPath, spawner.TreeHelperArgs(s.spawnerArgs()), attr, roots)
+		if err != nil {
+			ch.Close()
+			theirs.Close()
+			pr.Close()
+			pw.Close()
+			s.post(spawnResult{slot: slot, gen: gen, err: fmt.Errorf("starting worker: %w", err)})
+			return
+		}
+		roots = trees
+	}
 	cmd := &exec.Cmd{
 		Path:        s.opts.WorkerPath,
 		Args:        append([]string{s.opts.WorkerPath}, spec.args...),
 		Env:         []string{},
 		Stdout:      pw,
 		Stderr:      pw,
-		ExtraFiles:  []*os.File{theirs}, // fd 3
-		SysProcAttr: spec.procAttr(),
+		ExtraFiles:  append([]*os.File{theirs}, roots...), // fds 3, 4..
+		SysProcAttr: attr,
 	}
 	err = cmd.Start()
 	theirs.Close()
 	pw.Close()
+	closeFiles(trees)
 	if err != nil {
 		ch.Close()
 		pr.Close()
@@ -206,7 +225,7 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 // spawnVia has the spawner start the worker (the supervisor started as
 // root keeps no privilege to do it itself) and waits for its end.
 func (s *Supervisor) spawnVia(slot int, gen uint64, spec *workerSpec, ch *ipc.Conn, theirs, pr, pw *os.File) {
-	pid, exit, err := s.spawner.Spawn(spec.args, theirs, pw)
+	pid, exit, err := s.spawner.Spawn(spec.args, theirs, pw, spec.roots)
 	theirs.Close()
 	pw.Close()
 	if err != nil {
@@ -252,3 +271,9 @@ const (
 	slotBits = 24
 	slotMask = 1<<slotBits - 1
 )
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}

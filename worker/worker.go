@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
@@ -23,6 +24,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // channelFD is the descriptor the supervisor passes the channel as.
@@ -97,22 +99,46 @@ func Run(args []string, opts Options) int {
 	}
 	w := &Worker{log: log, opts: opts, roots: make(map[string]*os.Root)}
 	// Document roots are opened before the sandbox closes; afterwards the
-	// worker reaches files only through these descriptors.
+	// worker reaches files only through these descriptors. Roots passed as
+	// descriptors are opened through them: the worker's account may not
+	// search the directories above a root.
 	var opened []string
-	for _, path := range policy.Roots {
-		r, err := os.OpenRoot(path)
+	var openedFDs []int
+	for i, path := range policy.Roots {
+		name := path
+		if len(policy.RootFDs) > 0 {
+			name = fmt.Sprintf("/proc/self/fd/%d", policy.RootFDs[i])
+		}
+		r, err := os.OpenRoot(name)
+		if err == nil && deleted(r) {
+			// Handed over after it was removed: no file can appear
+			// in it, and the kernel mounts no unlinked directory.
+			r.Close()
+			err = errors.New("the directory was removed")
+		}
 		if err != nil {
 			// A root gone since the supervisor checked the configuration
 			// costs its own routes a 503, not the worker: the sandbox is
 			// built around the roots that opened.
 			log.Error("document root unavailable; its routes answer 503", "root", path, "error", err)
+			if len(policy.RootFDs) > 0 {
+				unix.Close(policy.RootFDs[i])
+			}
 			continue
 		}
 		w.roots[path] = r
 		opened = append(opened, path)
+		if len(policy.RootFDs) > 0 {
+			openedFDs = append(openedFDs, policy.RootFDs[i])
+		}
 	}
-	policy = policy.WithRoots(opened...)
+	policy = policy.WithRootFDs(opened, openedFDs)
 	applied, err := sandbox.Apply(policy)
+	// The passed descriptors served to bind the roots and to name them to
+	// Landlock; the worker keeps only its own.
+	for _, fd := range openedFDs {
+		unix.Close(fd)
+	}
 	if err != nil {
 		log.Error("sandbox not applied; refusing to serve", "error", err)
 		return 1
@@ -350,4 +376,14 @@ func (w *Worker) maskClient(key string) string {
 	}
 	p, _ := a.Prefix(bits)
 	return p.String()
+}
+
+// deleted reports whether r's directory was removed (no link left).
+func deleted(r *os.Root) bool {
+	fi, err := r.Stat(".")
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
 }

@@ -31,24 +31,26 @@ func TestStartupRefusesUnstartableConfigs(t *testing.T) {
 		// after checks dir once gatehouse has exited.
 		after func(t *testing.T, dir string)
 	}{
-		{"root-under-0700", func(t *testing.T, dir string) (string, []string) {
+		{"root-closed", func(t *testing.T, dir string) (string, []string) {
 			if err := os.MkdirAll(filepath.Join(dir, "private", "www"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			// Started as root, the workers run as nobody, whom mode 0700
-			// keeps out; otherwise as gatehouse's own account, which only
-			// mode 0 keeps out.
-			mode := os.FileMode(0o700)
+			// Started as root, the workers run as their own account, whom
+			// a root of mode 0700 keeps out (a directory above it does
+			// not: gatehouse opens the root and hands it over);
+			// otherwise as gatehouse's own account, which only mode 0
+			// above the root keeps out.
+			closed, mode, who := filepath.Join(dir, "private", "www"), os.FileMode(0o700), "workers' account"
 			if os.Geteuid() != 0 {
-				mode = 0
+				closed, mode, who = filepath.Join(dir, "private"), 0, "supervisor's account"
 			}
-			if err := os.Chmod(filepath.Join(dir, "private"), mode); err != nil {
+			if err := os.Chmod(closed, mode); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { os.Chmod(filepath.Join(dir, "private"), 0o755) })
+			t.Cleanup(func() { os.Chmod(closed, 0o755) })
 			return listener + "route \"/\" {\n  static {\n    root = \"private/www\"\n  }\n}\n", []string{
 				"gatehouse.hcl:6,", `static.root "` + filepath.Join(dir, "private", "www") + `"`,
-				fmt.Sprintf("directory %q has mode %04o", filepath.Join(dir, "private"), mode), "workers' account",
+				fmt.Sprintf("directory %q has mode %04o", closed, mode), who,
 			}
 		}, nil},
 		{"embedded-nothing", func(t *testing.T, dir string) (string, []string) {
