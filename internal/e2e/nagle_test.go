@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Responses against Nagle's algorithm and the client's delayed ACK (issue
@@ -164,6 +166,25 @@ func (c *arrivalConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// dataSegments returns how many segments carrying data the socket has
+// received (tcpi_data_segs_in: pure ACKs are not counted).
+func (c *arrivalConn) dataSegments(tb testing.TB) uint32 {
+	tb.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+		tb.Fatal(err)
+	}
+	if gerr != nil {
+		tb.Fatalf("TCP_INFO: %v", gerr)
+	}
+	return info.Data_segs_in
+}
+
 // nagleClient is one kept-alive connection, plain or TLS, that times each
 // response from its first byte's arrival to its last's.
 type nagleClient struct {
@@ -271,4 +292,63 @@ func TestResponsesWithoutNagleStall(t *testing.T) {
 	if len(failed) > 0 {
 		t.Errorf("responses stalled (median first-to-last byte at least %v):\n%s", nagleBound, strings.Join(failed, "\n"))
 	}
+}
+
+// A response under the loopback's 64 KiB segment leaves in one segment,
+// header and body together: 13-byte respond, static, proxied and TLS
+// bodies; 16 KiB copied from a file or a respond body; 40 KiB from a
+// handler, and from a file with sendfile; the worker's canned 400 and the
+// supervisor's canned 400 for plain HTTP on a TLS listener. Counted with
+// the client's own tcpi_data_segs_in around the second response of a
+// connection. Before the worker's segment shaping the 16 KiB and 40 KiB
+// ones came in two segments.
+func TestResponseSegments(t *testing.T) {
+	s := startNagleSite(t)
+	cases := []struct {
+		name string
+		tls  bool
+		path string
+		size int
+	}{
+		{"respond 13 bytes", false, "/r13", 13},
+		{"static 13 bytes", false, "/small.txt", 13},
+		{"proxy 13 bytes", false, "/up/13", 13},
+		{"respond 13 bytes, TLS", true, "/r13", 13},
+		{"static 16 KiB, copied", false, "/mid.bin", 16 << 10},
+		{"respond 16 KiB", false, "/r16384", 16 << 10},
+		{"handler 40 KiB", false, "/bytes/40960", 40 << 10},
+		{"static 40 KiB, sendfile", false, "/sf.bin", 40 << 10},
+	}
+	for _, tc := range cases {
+		c := s.dial(t, tc.tls)
+		c.get(tc.path, tc.size)
+		before := c.raw.dataSegments(t)
+		c.get(tc.path, tc.size)
+		if got := c.raw.dataSegments(t) - before; got != 1 {
+			t.Errorf("%s: the response came in %d segments, want 1", tc.name, got)
+		}
+	}
+
+	// Canned errors close the connection: counted from the first segment
+	// of the connection to its end (the FIN carries no data).
+	canned := func(name, addr, request, status string) {
+		raw := &arrivalConn{TCPConn: dialFrom(t, "127.0.0.1", addr)}
+		defer raw.Close()
+		raw.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(raw, request); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.HasPrefix(string(b), "HTTP/1.1 "+status) {
+			t.Fatalf("%s: got %q, want %s", name, b, status)
+		}
+		if got := raw.dataSegments(t); got != 1 {
+			t.Errorf("%s: %d bytes in %d segments, want 1", name, len(b), got)
+		}
+	}
+	canned("worker's canned 400", s.addr, "GET / HTTP/1.1\r\nHost: test\r\nBad Header: x\r\n\r\n", "400")
+	canned("supervisor's canned 400", s.tlsAddr, "GET / HTTP/1.1\r\nHost: test\r\n\r\n", "400")
 }
