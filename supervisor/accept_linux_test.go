@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,6 +61,63 @@ func TestAcceptPeerAddress(t *testing.T) {
 		fdfl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
 		if err != nil || fdfl&unix.FD_CLOEXEC == 0 {
 			t.Errorf("accepted socket fd flags %#x (%v): not close-on-exec", fdfl, err)
+		}
+	}
+}
+
+// TestAcceptedSocketsNoDelay: every listener, bound or inherited from the
+// init system without the option, hands out sockets with TCP_NODELAY set,
+// with no system call at accept (docs/DESIGN.md §3.5). A socket accepted
+// from a listener without it has it off, so the test sees the difference.
+func TestAcceptedSocketsNoDelay(t *testing.T) {
+	noDelay := func(lfd int, addr netip.AddrPort) int {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var fd int
+		for i := 0; ; i++ {
+			fd, _, err = accept(lfd)
+			if err != unix.EAGAIN || i == 500 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+		defer unix.Close(fd)
+		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	plain, plainAddr := tcpSocket(t, true)
+	defer unix.Close(plain)
+	unix.SetNonblock(plain, true)
+	if v := noDelay(plain, plainAddr); v != 0 {
+		t.Fatalf("a socket accepted from a listener without TCP_NODELAY has it %d: the test cannot tell", v)
+	}
+
+	inherited, _ := tcpSocket(t, true)
+	cfg := testConfig(
+		config.Listener{Name: "activated", Address: netip.MustParseAddrPort("127.0.0.1:1")},
+		config.Listener{Name: "bound", Address: netip.MustParseAddrPort("127.0.0.1:0")},
+	)
+	ls, err := openListeners(cfg, map[string]int{"activated": inherited})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		defer unix.Close(l.fd)
+	}
+	for _, l := range ls {
+		if v := noDelay(l.fd, l.addr); v == 0 {
+			t.Errorf("listener %q: accepted socket without TCP_NODELAY", l.name)
 		}
 	}
 }

@@ -25,8 +25,9 @@ type listener struct {
 	addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
 }
 
-// bindTCP creates a non-blocking, close-on-exec listening socket on addr.
-// IPv6 sockets are IPV6_V6ONLY so that "[::]:80" and "0.0.0.0:80" can coexist.
+// bindTCP creates a non-blocking, close-on-exec listening socket on addr,
+// with TCP_NODELAY for its connections (setNoDelay). IPv6 sockets are
+// IPV6_V6ONLY so that "[::]:80" and "0.0.0.0:80" can coexist.
 func bindTCP(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
 	family := unix.AF_INET
 	if addr.Addr().Is6() && !addr.Addr().Is4In6() {
@@ -41,6 +42,9 @@ func bindTCP(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
 		return -1, bound, fmt.Errorf("listening on %s: %w", addr, os.NewSyscallError(call, err))
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		return fail("setsockopt", err)
+	}
+	if err := setNoDelay(fd); err != nil {
 		return fail("setsockopt", err)
 	}
 	var sa unix.Sockaddr
@@ -63,6 +67,18 @@ func bindTCP(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
 		return fail("getsockname", err)
 	}
 	return fd, sockaddrAddrPort(got), nil
+}
+
+// setNoDelay sets TCP_NODELAY on a socket: a listening one, or on other
+// systems than Linux an accepted one. On Linux an accepted socket inherits
+// it with the rest of the listener's TCP state (TestAcceptedSocketsNoDelay
+// checks it), so no connection pays a system call for it. Without it a
+// response written in two sends waits, once the client delays its ACK of
+// the first, 40 ms for that ACK before the second leaves (Nagle's
+// algorithm; docs/DESIGN.md §3.5). The supervisor's own answers, the
+// workers' responses and the relays all go out on accepted sockets.
+func setNoDelay(fd int) error {
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 }
 
 // sockaddrAddrPort converts a socket address to netip form.
@@ -128,10 +144,10 @@ func openListeners(cfg *config.Config, inherited map[string]int) ([]listener, er
 var errNotListening = errors.New("not a listening TCP socket")
 
 // adoptListener checks that fd, inherited from the init system, is a
-// listening TCP socket and makes it non-blocking and close-on-exec, as
-// bindTCP's sockets are. It stays a raw descriptor for the loop (never a
-// net.Listener, whose netpoller registration would fight the dispatcher's
-// epoll set). On error the caller still owns fd.
+// listening TCP socket and makes it non-blocking, close-on-exec and
+// TCP_NODELAY, as bindTCP's sockets are. It stays a raw descriptor for the
+// loop (never a net.Listener, whose netpoller registration would fight the
+// dispatcher's epoll set). On error the caller still owns fd.
 func adoptListener(fd int) (int, netip.AddrPort, error) {
 	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err != nil {
@@ -150,6 +166,9 @@ func adoptListener(fd int) (int, netip.AddrPort, error) {
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("fcntl", err))
+	}
+	if err := setNoDelay(fd); err != nil {
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d (%s): %w", fd, bound, os.NewSyscallError("setsockopt", err))
 	}
 	unix.CloseOnExec(fd)
 	return fd, bound, nil

@@ -4,8 +4,8 @@ package worker
 
 import "golang.org/x/sys/unix"
 
-// readNB, writeNB and peekNB are read(2), write(2) and a peek on a
-// non-blocking socket.
+// readNB, writeNB, sendNB and peekNB are read(2), write(2), a gathering
+// send and a peek on a non-blocking socket.
 func readNB(fd int, p []byte) (int, error) {
 	n, err := unix.Read(fd, p)
 	if err != nil {
@@ -20,6 +20,16 @@ func writeNB(fd int, p []byte) (int, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// sendNB sends a then b in one sendmsg(2). MSG_MORE is Linux's; here a
+// segment that is not full leaves at once.
+func sendNB(fd int, a, b []byte, _ bool) (int, error) {
+	bufs := [][]byte{a, b}
+	if len(b) == 0 {
+		bufs = bufs[:1]
+	}
+	return unix.SendmsgBuffers(fd, bufs, nil, nil, 0)
 }
 
 // peekNB is recv(2) with MSG_PEEK on a non-blocking socket.

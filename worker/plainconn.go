@@ -80,6 +80,45 @@ func (c *plainConn) Write(p []byte) (int, error) {
 	return n + m, err
 }
 
+// writeParts writes a then b as one send where the socket takes it, so
+// that they leave in one segment when they fit in one (a response's
+// header and body; docs/DESIGN.md §3.5), with MSG_MORE when more: the
+// caller sends the rest of the response at once (sendFile). It tries the
+// non-blocking send even under the poller (a connection that waited hot
+// stays there), and waits under the poller, within the write deadline,
+// only for what the socket did not take. a is not empty.
+func (c *plainConn) writeParts(a, b []byte, more bool) (int, error) {
+	n, total := 0, len(a)+len(b)
+	for n < total {
+		var m int
+		var err error
+		if n < len(a) {
+			m, err = ignoringEINTR(func() (int, error) { return sendNB(c.fd, a[n:], b, more) })
+		} else {
+			m, err = ignoringEINTR(func() (int, error) { return sendNB(c.fd, b[n-len(a):], nil, more) })
+		}
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
+		}
+		n += m
+	}
+	if n == total {
+		return n, nil
+	}
+	f := c.poll()
+	if n < len(a) {
+		m, err := f.Write(a[n:])
+		if n += m; err != nil {
+			return n, err
+		}
+	}
+	m, err := f.Write(b[n-len(a):])
+	return n + m, err
+}
+
 // SetReadDeadline bounds every read that waits.
 func (c *plainConn) SetReadDeadline(t time.Time) error {
 	if c.f != nil {

@@ -135,3 +135,45 @@ func TestPlainConnWriteWaits(t *testing.T) {
 		t.Fatalf("write to a peer that never reads: %d bytes, %v; want the deadline", n, err)
 	}
 }
+
+// writeParts sends two parts larger than the socket's buffer, with and
+// without MSG_MORE: what fits at once, the rest under the poller, the peer
+// getting both whole and in order; a peer that never reads gets the write
+// deadline.
+func TestPlainConnWritePartsWaits(t *testing.T) {
+	a, b := bytes.Repeat([]byte("a"), 1<<20), bytes.Repeat([]byte("b"), 3<<20)
+	want := append(append([]byte(nil), a...), b...)
+	for _, more := range []bool{false, true} {
+		c, peer := plainPair(t)
+		done := make(chan []byte)
+		go func() {
+			var got []byte
+			buf := make([]byte, 64<<10)
+			for len(got) < len(want) {
+				n, err := unix.Read(peer, buf)
+				if err != nil || n == 0 {
+					break
+				}
+				got = append(got, buf[:n]...)
+			}
+			done <- got
+		}()
+		c.SetWriteDeadline(time.Now().Add(time.Minute))
+		if n, err := c.writeParts(a, b, more); err != nil || n != len(want) {
+			t.Fatalf("more %v: wrote %d of %d: %v", more, n, len(want), err)
+		}
+		if got := <-done; !bytes.Equal(got, want) {
+			t.Fatalf("more %v: the peer got %d bytes, not what was written", more, len(got))
+		}
+		if c.f == nil {
+			t.Fatalf("more %v: a write that waited was not under the poller", more)
+		}
+	}
+
+	c, _ := plainPair(t)
+	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	n, err := c.writeParts(a, b, false)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n >= len(want) {
+		t.Fatalf("write to a peer that never reads: %d bytes, %v; want the deadline", n, err)
+	}
+}

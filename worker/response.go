@@ -102,10 +102,11 @@ func (r *response) writeBody(p []byte) (int, error) {
 	bw := r.cs.bw
 	if r.chunked && len(p) > 0 {
 		fmt.Fprintf(bw, "%x\r\n", len(p))
-		bw.Write(p)
-		_, r.err = bw.WriteString("\r\n")
+		if r.err = r.cs.writeAfterBuffered(p); r.err == nil {
+			_, r.err = bw.WriteString("\r\n")
+		}
 	} else {
-		_, r.err = bw.Write(p)
+		r.err = r.cs.writeAfterBuffered(p)
 	}
 	if r.err != nil {
 		return 0, r.err

@@ -63,15 +63,46 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // deadlineWriter gives every write to the peer write_timeout to complete, so a
-// client that stops reading cannot hold a worker.
+// client that stops reading cannot hold a worker. On a plain connection it
+// can send what the write buffer flushes together with what follows
+// (docs/DESIGN.md §3.5): tail in the same system call, or the whole with
+// MSG_MORE.
 type deadlineWriter struct {
 	nc      clientConn
+	pc      *plainConn // nc when it is a plain connection, else nil
 	timeout time.Duration
+	// tail is written after the next write's bytes, in one send (only with
+	// pc, and only for a Flush of a non-empty buffer).
+	tail []byte
+	// more: the caller sends more of the response at once (only with pc).
+	more bool
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
 	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
+	if w.pc != nil && (w.tail != nil || w.more) {
+		tail := w.tail
+		w.tail = nil
+		n, err := w.pc.writeParts(p, tail, w.more)
+		return min(n, len(p)), err
+	}
 	return w.nc.Write(p)
+}
+
+// writeAfterBuffered writes p after what bw holds. When p does not fit in
+// bw's room on a plain connection, both leave in one send: a header and a
+// body leave in one segment when they fit in one, where bw would fill its
+// buffer, send it, and send the rest of p apart.
+func (cs *connServer) writeAfterBuffered(p []byte) error {
+	bw := cs.bw
+	if cs.out.pc == nil || bw.Buffered() == 0 || len(p) <= bw.Available() {
+		_, err := bw.Write(p)
+		return err
+	}
+	cs.out.tail = p
+	err := bw.Flush()
+	cs.out.tail = nil
+	return err
 }
 
 // maxRawHead bounds what headRecorder keeps: a whole head at its caps.

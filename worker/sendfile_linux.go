@@ -44,9 +44,22 @@ func (r *response) sendFile(f *os.File, n int64) (sent int64, handled bool, err 
 		return 0, false, nil
 	}
 	n = min(n, r.declared-r.written)
-	if r.err = r.cs.bw.Flush(); r.err != nil {
+	// The header leaves with MSG_MORE: the kernel holds it for the file's
+	// first bytes, and they leave in one segment (docs/DESIGN.md §3.5).
+	held := n > 0 && r.cs.bw.Buffered() > 0
+	r.cs.out.more = held
+	r.err = r.cs.bw.Flush()
+	r.cs.out.more = false
+	if r.err != nil {
 		return 0, true, r.err
 	}
+	defer func() {
+		if held && sent == 0 {
+			// Nothing followed the header (the file shrank, or an
+			// error): setting TCP_NODELAY again sends what MSG_MORE held.
+			unix.SetsockoptInt(pc.fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		}
+	}()
 	// sendfile waits whenever the socket's buffer is full: under the poller.
 	conn := pc.poll()
 	dst, err := conn.SyscallConn()

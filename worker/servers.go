@@ -161,7 +161,8 @@ func newConnServer(cs *connServer, w *Worker, nc clientConn, d *proto.Dispatch) 
 	cs.respHeader, cs.pendingBuf = respHeader, pendingBuf
 	cs.br = readerPool.Get().(*bufio.Reader)
 	cs.br.Reset(&cs.raw)
-	cs.out = deadlineWriter{nc: nc, timeout: w.cfg.Limits.WriteTimeout}
+	pc, _ := nc.(*plainConn)
+	cs.out = deadlineWriter{nc: nc, pc: pc, timeout: w.cfg.Limits.WriteTimeout}
 	cs.bw = writerPool.Get().(*bufio.Writer)
 	cs.bw.Reset(&cs.out)
 	return cs

@@ -19,7 +19,7 @@ import (
 
 // testHandlers are handlers built only into this test binary's workers.
 func testHandlers() map[string]http.Handler {
-	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler)}
+	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler), "bytes": http.HandlerFunc(bytesHandler)}
 }
 
 // testHandlerNames are the names of testHandlers, for the configuration's
