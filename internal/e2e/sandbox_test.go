@@ -19,7 +19,8 @@ import (
 
 // testHandlers are handlers built only into this test binary's workers.
 func testHandlers() map[string]http.Handler {
-	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler)}
+	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler),
+		"tlsinfo": http.HandlerFunc(tlsInfo)}
 }
 
 // testHandlerNames are the names of testHandlers, for the configuration's
