@@ -571,6 +571,9 @@ func runSmuggleCase(t *testing.T, addr string, tc smuggleCase) error {
 		if resp.StatusCode < 200 {
 			continue // interim: no fields to check
 		}
+		if _, err := http.ParseTime(resp.Header.Get("Date")); err != nil {
+			problems = append(problems, fmt.Sprintf("response %d (%d): Date %q: %v", i+1, resp.StatusCode, resp.Header.Get("Date"), err))
+		}
 		if v := resp.Header.Get("X-Content-Type-Options"); v != "nosniff" {
 			problems = append(problems, fmt.Sprintf("response %d (%d): X-Content-Type-Options %q, want nosniff", i+1, resp.StatusCode, v))
 		}
