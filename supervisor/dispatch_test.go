@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -422,6 +423,10 @@ func TestTimers(t *testing.T) {
 			}
 			if !strings.HasPrefix(got, tc.reply) {
 				t.Fatalf("client read %q, want %q first", got, tc.reply)
+			}
+			// A canned reply is dated by the loop's clock.
+			if want := "\r\nDate: " + h.clock.Now().UTC().Format(http.TimeFormat) + "\r\n"; tc.reply != "" && !strings.Contains(got, want) {
+				t.Errorf("client read %q, want %q in it", got, want)
 			}
 		})
 	}

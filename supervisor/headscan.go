@@ -38,16 +38,6 @@ const (
 	stressMinFirstByte = 2 * time.Second
 )
 
-// canned408 is written, without blocking, to a connection whose head did not
-// arrive within the head deadline or the inter-byte gap.
-var canned408 = []byte("HTTP/1.1 408 Request Timeout\r\n" +
-	"Content-Type: text/plain; charset=utf-8\r\n" +
-	"Content-Length: 16\r\n" +
-	"Connection: close\r\n" +
-	"X-Content-Type-Options: nosniff\r\n" +
-	"\r\n" +
-	"request timeout\n")
-
 // headWatch is the dispatcher's state for incomplete heads and the admission
 // that cannot be locked. Owned by the loop.
 type headWatch struct {
@@ -248,7 +238,7 @@ func (d *dispatcher) expireHeads(now time.Time) {
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
 	d.dropHead(c)
 	d.leaveIncomplete(c)
-	unix.Write(c.fd, canned408)
+	unix.Write(c.fd, d.canned.r408.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }

@@ -24,17 +24,6 @@ const (
 
 const maxEvents = 256
 
-// canned503 is written, without blocking, to a readable connection that found
-// no worker for no_worker_timeout (docs/DESIGN.md §2.9).
-var canned503 = []byte("HTTP/1.1 503 Service Unavailable\r\n" +
-	"Content-Type: text/plain; charset=utf-8\r\n" +
-	"Content-Length: 20\r\n" +
-	"Retry-After: 5\r\n" +
-	"Connection: close\r\n" +
-	"X-Content-Type-Options: nosniff\r\n" +
-	"\r\n" +
-	"no worker available\n")
-
 func token(kind int, id uint64) uint64 { return uint64(kind)<<kindShift | id&idMask }
 
 func (d *dispatcher) add(fd, kind int, id uint64, in poll.Interest) error {
@@ -207,7 +196,7 @@ func (d *dispatcher) expire(now time.Time) {
 			d.closeConn(c)
 			continue
 		}
-		unix.Write(c.fd, canned503)
+		unix.Write(c.fd, d.canned.r503.at(now))
 		unix.Shutdown(c.fd, unix.SHUT_WR)
 		d.linger(c, now)
 	}

@@ -31,7 +31,8 @@ type dispatcher struct {
 	workerSet
 	broker
 
-	stats statsCache
+	stats  statsCache
+	canned cannedReplies
 	headWatch
 	bodyBudget
 	streamBudget
@@ -172,6 +173,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	}
 	d.initLists()
 	d.peekBuf = make([]byte, headend.MaxHead)
+	d.canned = newCannedReplies()
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {
 		d.fdLimit = int(rl.Cur)

@@ -113,15 +113,6 @@ const (
 	recordApplicationData  = 0x17
 )
 
-// canned400TLS answers plain HTTP sent to a TLS listener, as nginx does.
-var canned400TLS = []byte("HTTP/1.1 400 Bad Request\r\n" +
-	"Content-Type: text/plain; charset=utf-8\r\n" +
-	"Content-Length: 51\r\n" +
-	"Connection: close\r\n" +
-	"X-Content-Type-Options: nosniff\r\n" +
-	"\r\n" +
-	"The plain HTTP request was sent to an HTTPS port.\r\n")
-
 // readTLS looks at a readable parked connection of a TLS listener: it is
 // dispatched once a complete record is buffered (the record header and
 // length are peeked, nothing more): a new connection's ClientHello, so the
@@ -184,7 +175,7 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 	d.c.tlsPlainHTTP++
 	d.leavePark(c)
 	d.leaveIncomplete(c)
-	unix.Write(c.fd, canned400TLS)
+	unix.Write(c.fd, d.canned.r400TLS.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }

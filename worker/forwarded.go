@@ -15,7 +15,9 @@ import (
 // client-facing scheme, host and port it reports are taken (the rightmost
 // value of each, what that peer itself asserted) and its X-Forwarded-For and
 // Forwarded lists are kept in front of this hop's entry; from any other
-// peer every such field is dropped and set from the connection.
+// peer every such field is dropped and set from the connection: https when
+// it came on a TLS listener (Request.TLS), the port that listener accepted
+// it on, the Host it asked for.
 
 // setForwarded sets X-Forwarded-For, -Proto, -Host, -Port and Forwarded
 // (RFC 7239) on the upstream request. ReverseProxy has already removed the

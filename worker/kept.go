@@ -26,6 +26,9 @@ type keptConn struct {
 	tc    *tls.Conn // nil for a plain connection
 	plain []byte    // TLS plaintext read ahead
 	full  bool      // crypto/tls may hold more (deadlineReader.full)
+	// state is the TLS state its requests were given (Request.TLS), or
+	// nil if none was asked for yet.
+	state *tls.ConnectionState
 	id    uint64
 	prev  *keptConn // older
 	next  *keptConn // newer

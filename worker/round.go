@@ -110,6 +110,9 @@ func (w *Worker) serve(st *serverState, j job) {
 			cs.tls, cs.tfd, cs.tnc = true, fd, tnc
 			cs.tt = tc.NetConn().(*tlsTransport)
 			cs.in.full = k != nil && k.full
+			if k != nil {
+				cs.state = k.state
+			}
 		} else {
 			cs = newConnServer(&st.cs, w, nc, d)
 			cs.fd = fd
@@ -119,14 +122,14 @@ func (w *Worker) serve(st *serverState, j job) {
 		outcome, statuses, micros, outside = cs.outcome, cs.statuses, cs.micros, cs.outside
 		st.statuses, st.micros = statuses, micros
 		handback, hot = cs.handback, cs.hotRequests
-		full := cs.in.full
+		full, state := cs.in.full, cs.state
 		cs.release()
 		switch {
 		case tc != nil && disp == proto.Disposition_KEEP_ALIVE && !outside:
 			// The TLS state stays here; the plaintext read ahead (part
 			// of a head, or requests past the rounds bound) with it.
 			pending = headend.Decided(carried)
-			kept = w.keep(d.GetConnId(), &keptConn{nc: tnc, tc: tc, fd: fd, plain: carried, full: full})
+			kept = w.keep(d.GetConnId(), &keptConn{nc: tnc, tc: tc, fd: fd, plain: carried, full: full, state: state})
 			carried = nil
 		case tc == nil && disp == proto.Disposition_KEEP_ALIVE && !outside && !w.draining.Load():
 			// A plain connection's copy stays too (a draining worker
@@ -220,14 +223,15 @@ type connServer struct {
 	pendingBuf []byte
 	reqBody    body
 
-	fd        int           // the connection's descriptor, or -1; owned by nc
-	tls       bool          // nc is a TLS connection
-	tfd       int           // a TLS connection's descriptor, for peeks
-	tnc       *os.File      // a TLS connection's transport, for hot waits
-	tt        *tlsTransport // its record reader, told not to wait in tlsHeadReady
-	peek1     [1]byte       // inputEmpty's peek
-	listener  listenerHTTP  // what the connection's listener adds
-	port      string        // the local port, once asked
+	fd        int                  // the connection's descriptor, or -1; owned by nc
+	tls       bool                 // nc is a TLS connection
+	tfd       int                  // a TLS connection's descriptor, for peeks
+	tnc       *os.File             // a TLS connection's transport, for hot waits
+	tt        *tlsTransport        // its record reader, told not to wait in tlsHeadReady
+	state     *tls.ConnectionState // Request.TLS, once asked (tlsState)
+	peek1     [1]byte              // inputEmpty's peek
+	listener  listenerHTTP         // what the connection's listener adds
+	port      string               // the local port, once asked
 	portAsked bool
 }
 
@@ -347,6 +351,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		Host:          head.Host,
 		RequestURI:    head.Target,
 		RemoteAddr:    cs.d.GetPeer(),
+		TLS:           cs.tlsState(),
 		Close:         !keep,
 		ContentLength: head.ContentLength,
 		Body:          http.NoBody,

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"strconv"
 	"time"
@@ -191,12 +192,33 @@ func (cs *connServer) dispatchSpent() bool {
 	return cs.roundStart.Sub(cs.dispatched) >= cs.w.dispatchAge
 }
 
+// tlsState returns the TLS state handlers see as Request.TLS, nil on a plain
+// connection. The handshake is complete before the first round and never
+// redone (no renegotiation on a server), so the state is taken once per
+// connection and shared by its requests, as net/http does.
+func (cs *connServer) tlsState() *tls.ConnectionState {
+	if cs.tls && cs.state == nil {
+		st := cs.nc.(*tls.Conn).ConnectionState()
+		cs.state = &st
+	}
+	return cs.state
+}
+
+// sockFD is the client connection's socket: a TLS connection's transport or
+// the plain descriptor (-1 if unknown).
+func (cs *connServer) sockFD() int {
+	if cs.tls {
+		return cs.tfd
+	}
+	return cs.fd
+}
+
 // localPort returns the port the connection was accepted on ("" if unknown),
 // asking the kernel once per dispatch and only when a handler needs it.
 func (cs *connServer) localPort() string {
-	if !cs.portAsked && cs.fd >= 0 {
+	if fd := cs.sockFD(); !cs.portAsked && fd >= 0 {
 		cs.portAsked = true
-		switch sa, _ := unix.Getsockname(cs.fd); a := sa.(type) {
+		switch sa, _ := unix.Getsockname(fd); a := sa.(type) {
 		case *unix.SockaddrInet4:
 			cs.port = strconv.Itoa(a.Port)
 		case *unix.SockaddrInet6:
@@ -212,10 +234,6 @@ func (cs *connServer) inputEmpty() bool {
 	if cs.pending() > 0 {
 		return false
 	}
-	fd := cs.fd
-	if cs.tls {
-		fd = cs.tfd
-	}
-	_, err := peekNB(fd, cs.peek1[:])
+	_, err := peekNB(cs.sockFD(), cs.peek1[:])
 	return err == unix.EAGAIN
 }

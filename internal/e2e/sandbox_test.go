@@ -19,7 +19,8 @@ import (
 
 // testHandlers are handlers built only into this test binary's workers.
 func testHandlers() map[string]http.Handler {
-	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler), "bytes": http.HandlerFunc(bytesHandler)}
+	return map[string]http.Handler{"attack": http.HandlerFunc(attack), "echo": http.HandlerFunc(echoHandler),
+		"bytes": http.HandlerFunc(bytesHandler), "tlsinfo": http.HandlerFunc(tlsInfo), "sized": http.HandlerFunc(sizedHandler)}
 }
 
 // testHandlerNames are the names of testHandlers, for the configuration's

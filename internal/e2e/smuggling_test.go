@@ -186,7 +186,10 @@ func smugglingCases() []smuggleCase {
 		{name: "HTAB after target", raw: "GET /ok\tHTTP/1.1\r\nHost: x\r\n\r\n", want: bad, closed: true},
 		{name: "lowercase version", raw: "GET /ok http/1.1\r\nHost: x\r\n\r\n", want: bad, closed: true},
 		{name: "HTTP/2.0", raw: "GET /ok HTTP/2.0\r\nHost: x\r\n\r\n", want: []int{505}, closed: true},
-		{name: "HTTP/1.2", raw: "GET /ok HTTP/1.2\r\nHost: x\r\n\r\n", want: []int{505}, closed: true},
+		// RFC 9110 §2.5: a higher minor of HTTP/1 is served as HTTP/1.1.
+		{name: "HTTP/1.2", raw: "GET /ok HTTP/1.2\r\nHost: x\r\n\r\n", want: ok, bodies: []string{"ok\n"}},
+		{name: "HTTP/1.9 closing", raw: "GET /ok HTTP/1.9\r\nHost: x\r\nConnection: close\r\n\r\n", want: ok, closed: true},
+		{name: "HTTP/1.2 without Host", raw: "GET /ok HTTP/1.2\r\n\r\n", want: bad, closed: true},
 		{name: "HTTP/0.9 version", raw: "GET /ok HTTP/0.9\r\nHost: x\r\n\r\n", want: []int{505}, closed: true},
 		{name: "HTTP/3.0", raw: "GET /ok HTTP/3.0\r\nHost: x\r\n\r\n", want: []int{505}, closed: true},
 		{name: "HTTP/1 without minor", raw: "GET /ok HTTP/1\r\nHost: x\r\n\r\n", want: bad, closed: true},
@@ -196,6 +199,14 @@ func smugglingCases() []smuggleCase {
 		{name: "missing version", raw: "GET /ok\r\nHost: x\r\n\r\n", want: bad, closed: true},
 		{name: "HTTP/0.9 simple request", raw: "GET /\r\n\r\n", want: bad, closed: true},
 		{name: "method alone", raw: "GET\r\n\r\n", want: bad, closed: true},
+		// A request line without a version, then nothing: answered as
+		// soon as the line ends, not at the inter-byte gap (5 s, 408).
+		{name: "request line without version, then nothing", raw: "GET /\r\n", want: bad, closed: true, wait: 4 * time.Second},
+		{name: "method and target, then nothing", raw: "GET /ok\r\n", want: bad, closed: true, wait: 4 * time.Second},
+		{name: "method alone, then nothing", raw: "GET\r\n", want: bad, closed: true, wait: 4 * time.Second},
+		{name: "lowercase version, then nothing", raw: "GET /ok http/1.1\r\n", want: bad, closed: true, wait: 4 * time.Second},
+		// 414 is for the target; a method over the line's limit is 400.
+		{name: "method of 8193 bytes", raw: strings.Repeat("G", 8193) + " /ok HTTP/1.1\r\nHost: x\r\n\r\n", want: bad, closed: true},
 		{name: "HTTP/2 connection preface", raw: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", want: []int{505}, closed: true},
 		{name: "target of 8193 bytes", raw: target("/ok?" + big(8189)), want: []int{414}, closed: true},
 		{name: "request line of 8193 bytes", raw: lineOf(8193), want: []int{414}, closed: true},
@@ -268,7 +279,11 @@ func smugglingCases() []smuggleCase {
 		{name: "Host with HTAB", raw: "GET /ok HTTP/1.1\r\nHost: a\tb\r\n\r\n", want: bad, closed: true},
 		{name: "Host with slash", raw: "GET /ok HTTP/1.1\r\nHost: x/y\r\n\r\n", want: bad, closed: true},
 		{name: "Host with at sign", raw: "GET /ok HTTP/1.1\r\nHost: u@x\r\n\r\n", want: bad, closed: true},
-		{name: "Host empty", raw: "GET /ok HTTP/1.1\r\nHost:\r\n\r\n", want: ok},
+		// RFC 9110 §4.2.1: an http URI's host is never empty.
+		{name: "Host empty", raw: "GET /ok HTTP/1.1\r\nHost:\r\n\r\n", want: bad, closed: true},
+		{name: "Host blank", raw: "GET /ok HTTP/1.1\r\nHost: \t \r\n\r\n", want: bad, closed: true},
+		{name: "Host port only", raw: "GET /ok HTTP/1.1\r\nHost: :80\r\n\r\n", want: bad, closed: true},
+		{name: "Host empty in HTTP/1.0", raw: "GET /ok HTTP/1.0\r\nHost:\r\n\r\n", want: bad, closed: true},
 		{name: "Host IPv6 literal", raw: "GET /ok HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", want: ok},
 		{name: "Host with surrounding OWS", raw: "GET /ok HTTP/1.1\r\nHost: \t x \t\r\n\r\n", want: ok},
 
@@ -441,6 +456,7 @@ func smugglingCases() []smuggleCase {
 		{name: "twenty pipelined with bodies", raw: strings.Repeat(clPost("hello")+chunked("5\r\nhello\r\n0\r\n\r\n"), 10), want: statuses(20, 200)},
 		{name: "five empty lines between pipelined requests", raw: okGet + strings.Repeat("\r\n", 5) + okGet, want: []int{200, 400}, closed: true},
 		{name: "pipelined valid then garbage", raw: okGet + "garbage\r\n\r\n", want: []int{200, 400}, closed: true},
+		{name: "pipelined valid then a line without version", raw: okGet + "GET /\r\n", want: []int{200, 400}, closed: true, wait: 4 * time.Second},
 		{name: "pipelined valid then HTTP/2.0", raw: okGet + "GET /ok HTTP/2.0\r\nHost: x\r\n\r\n", want: []int{200, 505}, closed: true},
 		{name: "pipelined valid, bad, valid", raw: okGet + "GET /ok HTTP/1.1\r\nHost: x\r\nX-A : 1\r\n\r\n" + okGet, want: []int{200, 400}, closed: true},
 		{name: "pipelined valid then partial head", raw: okGet + "GET /ok HTTP/1.1\r\nHost: x\r\n", want: []int{200, 408}, closed: true},
@@ -570,6 +586,9 @@ func runSmuggleCase(t *testing.T, addr string, tc smuggleCase) error {
 		got = append(got, resp.StatusCode)
 		if resp.StatusCode < 200 {
 			continue // interim: no fields to check
+		}
+		if _, err := http.ParseTime(resp.Header.Get("Date")); err != nil {
+			problems = append(problems, fmt.Sprintf("response %d (%d): Date %q: %v", i+1, resp.StatusCode, resp.Header.Get("Date"), err))
 		}
 		if v := resp.Header.Get("X-Content-Type-Options"); v != "nosniff" {
 			problems = append(problems, fmt.Sprintf("response %d (%d): X-Content-Type-Options %q, want nosniff", i+1, resp.StatusCode, v))

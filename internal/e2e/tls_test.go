@@ -15,6 +15,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,6 +258,9 @@ func TestTLSPlainHTTP(t *testing.T) {
 	resp, body, err := readResponse(bufio.NewReader(c), "GET")
 	if err != nil || resp.StatusCode != 400 || !strings.Contains(body, "plain HTTP request was sent to an HTTPS port") {
 		t.Fatalf("plain HTTP: %v %v %q", resp, err, body)
+	}
+	if _, err := http.ParseTime(resp.Header.Get("Date")); err != nil {
+		t.Errorf("plain HTTP: Date %q: %v", resp.Header.Get("Date"), err)
 	}
 	if err := expectClosed(c, 10*time.Second); err != nil {
 		t.Error(err)

@@ -4,14 +4,19 @@
 // pipelined input holds only part of the next one; neither interprets a
 // header with it.
 //
-// It knows line endings and nothing else: a head is complete at its first
-// empty line (CRLF CRLF after the request line). Input a head parser refuses
-// whatever follows (a NUL, a CR not followed by LF, an LF without CR, too
-// many empty lines before the request line) is reported as Invalid, so the
-// caller passes it on at once for the parser to answer 400 instead of waiting
-// for an end that may never come. Non-goals: validating anything else,
+// It knows line endings and, of the request line, only its shape: a head is
+// complete at its first empty line (CRLF CRLF after the request line). Input
+// a head parser refuses whatever follows (a NUL, a CR not followed by LF, an
+// LF without CR, too many empty lines before the request line, a request
+// line that does not end in " HTTP/" DIGIT "." DIGIT) is reported as
+// Invalid, so the caller passes it on at once for the parser to answer 400
+// instead of waiting for an end that may never come: "GET /\r\n" (HTTP/0.9's
+// request, or a line typed by hand) is answered at once, not after the
+// inter-byte gap. Non-goals: validating anything else, header fields,
 // bodies, TLS records.
 package headend
+
+import "bytes"
 
 // Status is what the bytes scanned so far say about the head.
 type Status uint8
@@ -58,6 +63,7 @@ func Scan(in []byte, from int) (st Status, n int) {
 		}
 		i += 2
 	}
+	start := i // the request line's first byte
 	i = max(i, from)
 	for ; i < len(in); i++ {
 		switch in[i] {
@@ -72,6 +78,12 @@ func Scan(in []byte, from int) (st Status, n int) {
 			}
 		case '\n':
 			if i == 0 || in[i-1] != '\r' {
+				return Invalid, 0
+			}
+			// The request line ended (no LF before this one since its
+			// start: a backward look over this line only, so each byte
+			// is still looked at a bounded number of times).
+			if bytes.LastIndexByte(in[start:i], '\n') < 0 && !versioned(in[start:i-1]) {
 				return Invalid, 0
 			}
 			// A line ended; an empty line after it ends the head.
@@ -90,3 +102,17 @@ func Scan(in []byte, from int) (st Status, n int) {
 	}
 	return Incomplete, len(in)
 }
+
+// versioned reports whether line, a request line without its CRLF, ends in
+// SP HTTP-version (RFC 9112 §3): " HTTP/" DIGIT "." DIGIT. A line that does
+// not can never be a valid request line, whatever follows it.
+func versioned(line []byte) bool {
+	n := len(line)
+	if n < len(" HTTP/1.1") {
+		return false
+	}
+	v := line[n-len(" HTTP/1.1"):]
+	return string(v[:6]) == " HTTP/" && isDigit(v[6]) && v[7] == '.' && isDigit(v[8])
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }

@@ -38,6 +38,18 @@ func TestScan(t *testing.T) {
 		{"bare LF", "GET / HTTP/1.1\nHost: x\n\n", Invalid, 0},
 		{"LF LF", "\n\n", Invalid, 0},
 		{"NUL", "\x16\x03\x01\x00\xa5", Invalid, 0},
+		// A request line is decided as soon as it ends: without an
+		// HTTP-version no head can follow it.
+		{"request line without version", "GET /\r\n", Invalid, 0},
+		{"method alone", "GET\r\n", Invalid, 0},
+		{"after empty lines, without version", "\r\n\r\nGET /\r\n", Invalid, 0},
+		{"lowercase version", "GET / http/1.1\r\n", Invalid, 0},
+		{"version of two digits", "GET / HTTP/1.10\r\n", Invalid, 0},
+		{"SP after version", "GET / HTTP/1.1 \r\n", Invalid, 0},
+		{"HTTP/2.0 waits for its fields", "GET / HTTP/2.0\r\n", Incomplete, 0},
+		{"HTTP/1.0 waits for its fields", "GET / HTTP/1.0\r\nHost: x\r\n", Incomplete, 0},
+		{"request line unfinished", "GET /", Incomplete, 0},
+		{"fields end in anything", "GET / HTTP/1.1\r\nX: GET /\r\n\r\n", Complete, 28},
 	}
 	for _, tt := range tests {
 		st, n := Scan([]byte(tt.in), 0)
@@ -54,6 +66,8 @@ func TestScanResume(t *testing.T) {
 		"GET / HTTP/1.1\r\nHost: x\r\nA: b\r\n\r\n",
 		"\r\n\r\nGET / HTTP/1.0\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: x\r\n\rX",
+		"\r\nGET /\r\nHost: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nX: y\r\n\r\n",
 	} {
 		wantSt, wantN := Scan([]byte(in), 0)
 		from := 0

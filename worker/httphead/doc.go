@@ -24,9 +24,11 @@
 //	start_line_too_long          414     request line over MaxStartLine (default 8192, CRLF included)
 //	too_many_empty_lines         400     more than 4 empty lines before the request line
 //	malformed_request_line       400     not exactly method SP target SP version CRLF (extra SP, HTAB, missing part)
-//	invalid_method               400     method is not a token (RFC 9110 §9.1)
+//	invalid_method               400     method is not a token (RFC 9110 §9.1), or has no SP within
+//	                                     MaxStartLine (a method that long gets 400, not 414)
 //	invalid_version              400     version is not HTTP/DIGIT.DIGIT (e.g. "HTTP/1", "http/1.1")
-//	unsupported_version          505     well-formed version other than HTTP/1.0 and HTTP/1.1
+//	unsupported_version          505     well-formed version whose major is not 1 (HTTP/0.9, HTTP/2.0);
+//	                                     HTTP/1.2 and higher minors are served as HTTP/1.1 (RFC 9110 §2.5)
 //	connect_refused              501     CONNECT (gatehouse is not a forward proxy)
 //	invalid_target               400     a byte RFC 3986 does not allow (controls, SP-like bytes,
 //	                                     '"' '<' '>' '\\' '^' '`' '{' '|' '}', >= 0x80), '[' or ']' in
@@ -45,7 +47,8 @@
 //	missing_host                 400     HTTP/1.1 request without Host
 //	duplicate_host               400     more than one Host field line
 //	invalid_host                 400     Host value not uri-host [":" port]: bytes outside the host's
-//	                                     set, a port that is not digits, brackets not around the host
+//	                                     set, a port that is not digits, brackets not around the host,
+//	                                     an empty host (RFC 9110 §4.2.1)
 //	invalid_content_length       400     element not 1*DIGIT (sign, space, hex, empty) or over 2^63-1
 //	conflicting_content_length   400     Content-Length elements or lines with different values
 //	te_in_http10                 400     Transfer-Encoding in an HTTP/1.0 request
@@ -77,6 +80,8 @@
 // Up to four empty lines before the request line are skipped (RFC 9112 §2.2).
 // Identical Content-Length values, repeated in one field or several, are
 // accepted as one (RFC 9110 §8.6); values are compared as numbers.
+// HTTP/1.2 to HTTP/1.9 are read as HTTP/1.1 (RFC 9110 §2.5): Proto says
+// "HTTP/1.1".
 //
 // # Differences from net/http
 //

@@ -109,7 +109,10 @@ func (h *Head) checkHost() *Error {
 // (RFC 9110 §7.2, RFC 3986 §3.2.2-§3.2.3). It checks the byte set of the
 // host (reg-name, IPv4 or IP-literal characters, as net/http's server
 // does), that brackets enclose the whole IP-literal, and that the port is
-// digits only; the empty value is valid.
+// digits only. The host may not be empty ("", ":80", "[]"): RFC 9110 §4.2.1
+// says a recipient MUST reject an http URI with an empty host as invalid,
+// and gatehouse serves http and https only. nginx refuses it too; an empty
+// Host would otherwise reach an upstream as the upstream's own name.
 func validHost(s string) bool {
 	host, port := s, ""
 	if strings.HasPrefix(s, "[") {
@@ -123,6 +126,9 @@ func validHost(s string) bool {
 		}
 	} else if i := strings.IndexByte(s, ':'); i >= 0 {
 		host, port = s[:i], s[i:]
+	}
+	if host == "" {
+		return false
 	}
 	for i := 1; i < len(port); i++ {
 		if port[i] < '0' || port[i] > '9' {

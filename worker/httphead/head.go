@@ -2,6 +2,7 @@ package httphead
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -81,6 +82,13 @@ func ReadHead(r *bufio.Reader, lim Limits) (*Head, error) {
 	for empties := 0; ; empties++ {
 		l, err := readLine(r, lim.MaxStartLine, &scratch)
 		if err == errLineTooLong {
+			// 414 names the target as what is too long (RFC 9110
+			// §15.5.15). A line with no SP within the limit (in the
+			// part of it readLine returns: at least half the limit)
+			// is all method, which no server implements: 400.
+			if bytes.IndexByte(l[:min(len(l), lim.MaxStartLine)], ' ') < 0 {
+				return nil, newError(CodeInvalidMethod, fmt.Sprintf("method longer than the request line limit (%d bytes)", lim.MaxStartLine))
+			}
 			return nil, newError(CodeStartLineTooLong, fmt.Sprintf("request line longer than %d bytes", lim.MaxStartLine))
 		}
 		if err != nil {

@@ -46,7 +46,7 @@ var headErrorTests = []struct {
 	{"two-digit major", "GET / HTTP/11.1\r\nHost: x\r\n\r\n", "invalid_version"},
 	{"garbage version", "GET / FOO\r\nHost: x\r\n\r\n", "invalid_version"},
 	{"HTTP/2.0", "GET / HTTP/2.0\r\nHost: x\r\n\r\n", "unsupported_version"},
-	{"HTTP/1.2", "GET / HTTP/1.2\r\nHost: x\r\n\r\n", "unsupported_version"},
+	{"HTTP/1.10", "GET / HTTP/1.10\r\nHost: x\r\n\r\n", "invalid_version"},
 	{"HTTP/0.9", "GET / HTTP/0.9\r\nHost: x\r\n\r\n", "unsupported_version"},
 	{"h2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "unsupported_version"},
 	{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "connect_refused"},
@@ -118,6 +118,12 @@ var headErrorTests = []struct {
 	{"Host IPv6 port not digits", "GET / HTTP/1.1\r\nHost: [::1]:x\r\n\r\n", "invalid_host"},
 	{"Host junk after IP-literal", "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n", "invalid_host"},
 	{"Host unclosed IP-literal", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", "invalid_host"},
+	{"Host empty", "GET / HTTP/1.1\r\nHost:\r\n\r\n", "invalid_host"},
+	{"Host blank", "GET / HTTP/1.1\r\nHost:   \r\n\r\n", "invalid_host"},
+	{"Host empty HTTP/1.0", "GET / HTTP/1.0\r\nHost:\r\n\r\n", "invalid_host"},
+	{"Host port only", "GET / HTTP/1.1\r\nHost: :80\r\n\r\n", "invalid_host"},
+	{"Host empty IP-literal", "GET / HTTP/1.1\r\nHost: []\r\n\r\n", "invalid_host"},
+	{"Host empty absolute-form", "GET http://x/ HTTP/1.1\r\nHost:\r\n\r\n", "invalid_host"},
 
 	// Content-Length.
 	{"CL plus sign", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\n", "invalid_content_length"},
@@ -199,10 +205,17 @@ func TestReadHead(t *testing.T) {
 			url:  "/",
 		},
 		{
-			name: "empty Host",
-			in:   "GET / HTTP/1.1\r\nHost:\r\n\r\n",
-			want: Head{Method: "GET", Target: "/", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1},
-			hdr:  http.Header{"Host": {""}},
+			name: "HTTP/1.2 is served as HTTP/1.1",
+			in:   "GET / HTTP/1.2\r\nHost: x\r\n\r\n",
+			want: Head{Method: "GET", Target: "/", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Host: "x"},
+			hdr:  http.Header{"Host": {"x"}},
+			url:  "/",
+		},
+		{
+			name: "HTTP/1.9 is served as HTTP/1.1",
+			in:   "GET / HTTP/1.9\r\nHost: x\r\nConnection: close\r\n\r\n",
+			want: Head{Method: "GET", Target: "/", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Host: "x", Close: true},
+			hdr:  http.Header{"Host": {"x"}, "Connection": {"close"}},
 			url:  "/",
 		},
 		{

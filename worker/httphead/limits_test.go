@@ -54,6 +54,10 @@ func TestLimits(t *testing.T) {
 		{"header lines at small cap", headWithLines(3), small, ""},
 		{"header lines one past small cap", headWithLines(4), small, "too_many_headers"},
 		{"negative limits mean defaults", headWithLines(100), Limits{-1, -1, -1}, ""},
+		// 414 is for a long target; a method filling the line is 400.
+		{"method past default cap", strings.Repeat("G", 8193) + " / HTTP/1.1\r\nHost: x\r\n\r\n", Limits{}, "invalid_method"},
+		{"method far past default cap", strings.Repeat("G", 100000) + " / HTTP/1.1\r\nHost: x\r\n\r\n", Limits{}, "invalid_method"},
+		{"method past small cap", strings.Repeat("G", 65) + " / HTTP/1.1\r\nHost: x\r\n\r\n", small, "invalid_method"},
 	}
 	for _, tt := range tests {
 		for _, size := range bufSizes {
@@ -97,6 +101,7 @@ func TestEndlessInput(t *testing.T) {
 		want   string
 	}{
 		{"endless request line", "GET /", DefaultMaxStartLine, "start_line_too_long"},
+		{"endless method", "G", DefaultMaxStartLine, "invalid_method"},
 		{"endless field line", "GET / HTTP/1.1\r\nX: ", DefaultMaxHeaderBytes, "header_too_large"},
 		{"endless field lines", "GET / HTTP/1.1\r\n" + strings.Repeat("X: 1\r\n", 200), DefaultMaxHeaderBytes, "too_many_headers"},
 		{"endless empty lines", strings.Repeat("\r\n", 1000), DefaultMaxStartLine, "too_many_empty_lines"},

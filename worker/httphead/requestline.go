@@ -65,6 +65,9 @@ func (h *Head) parseRequestLine(line []byte) *Error {
 	h.Method = s[:sp1]
 	h.Target = s[sp1+1 : sp2]
 	h.Proto = s[sp2+1:]
+	if minor == 1 && h.Proto != "HTTP/1.1" {
+		h.Proto = "HTTP/1.1" // served as HTTP/1.1 (parseVersion)
+	}
 	h.ProtoMajor, h.ProtoMinor = major, minor
 	return h.parseTarget()
 }
@@ -74,17 +77,21 @@ func (h *Head) parseRequestLine(line []byte) *Error {
 //	HTTP-version = HTTP-name "/" DIGIT "." DIGIT
 //	HTTP-name    = %s"HTTP"
 //
-// A well-formed version other than 1.0 or 1.1 is 505; anything else 400.
+// HTTP/1.0 and HTTP/1.1 are themselves. A higher 1.x minor is HTTP/1.1:
+// RFC 9110 §2.5 says a recipient SHOULD process a message with a minor
+// version higher than it implements as if it were in the highest minor
+// version it conforms to. Another well-formed major (0.9, 2.0) is 505;
+// anything else 400.
 func parseVersion(v []byte) (major, minor int, e *Error) {
 	if len(v) != 8 || string(v[:5]) != "HTTP/" || v[6] != '.' ||
 		v[5] < '0' || v[5] > '9' || v[7] < '0' || v[7] > '9' {
 		return 0, 0, newError(CodeInvalidVersion, fmt.Sprintf("malformed HTTP version %q", excerpt(v, 20)))
 	}
 	major, minor = int(v[5]-'0'), int(v[7]-'0')
-	if major != 1 || minor > 1 {
+	if major != 1 {
 		return 0, 0, newError(CodeUnsupportedVersion, fmt.Sprintf("HTTP version %s", v))
 	}
-	return major, minor, nil
+	return major, min(minor, 1), nil
 }
 
 // parseTarget checks the form of h.Target against h.Method (RFC 9112
