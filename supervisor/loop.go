@@ -207,7 +207,7 @@ func (d *dispatcher) expire(now time.Time) {
 			d.closeConn(c)
 			continue
 		}
-		unix.Write(c.fd, canned503)
+		sendOutput(c.fd, canned503)
 		unix.Shutdown(c.fd, unix.SHUT_WR)
 		d.linger(c, now)
 	}

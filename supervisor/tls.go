@@ -184,7 +184,7 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 	d.c.tlsPlainHTTP++
 	d.leavePark(c)
 	d.leaveIncomplete(c)
-	unix.Write(c.fd, canned400TLS)
+	sendOutput(c.fd, canned400TLS)
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }
