@@ -183,3 +183,46 @@ func TestSeccompRelay(t *testing.T) {
 		})
 	}
 }
+
+// TestSeccompFcntl checks that the filter allows the fcntl commands the
+// runtime uses, and F_SETFL only with O_NONBLOCK set: a worker that clears
+// it on a connection's open file description, which the supervisor's copy
+// shares, is killed.
+func TestSeccompFcntl(t *testing.T) {
+	pol := sandbox.SeccompPolicy(sandbox.Kill, 1)
+	prog, err := pol.Assemble()
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditArch := uint32(unix.AUDIT_ARCH_X86_64)
+	if runtime.GOARCH != "amd64" {
+		auditArch = unix.AUDIT_ARCH_AARCH64
+	}
+	kill := seccomp.ActionKillProcess
+	tests := []struct {
+		name     string
+		cmd, arg uint64
+		want     seccomp.Action
+	}{
+		{"F_GETFL", unix.F_GETFL, 0, seccomp.ActionAllow},
+		{"F_GETFD", unix.F_GETFD, 0, seccomp.ActionAllow},
+		{"F_SETFD", unix.F_SETFD, unix.FD_CLOEXEC, seccomp.ActionAllow},
+		{"F_DUPFD_CLOEXEC", unix.F_DUPFD_CLOEXEC, 0, seccomp.ActionAllow},
+		{"F_SETFL sets O_NONBLOCK (net.FileConn)", unix.F_SETFL, unix.O_RDWR | unix.O_NONBLOCK, seccomp.ActionAllow},
+		{"F_SETFL keeps O_NONBLOCK", unix.F_SETFL, unix.O_RDONLY | unix.O_NONBLOCK | unix.O_LARGEFILE, seccomp.ActionAllow},
+		{"F_SETFL clears O_NONBLOCK", unix.F_SETFL, unix.O_RDWR, kill},
+		{"F_SETFL clears O_NONBLOCK of a file (os)", unix.F_SETFL, unix.O_RDONLY | unix.O_LARGEFILE, kill},
+		{"F_SETFL zero", unix.F_SETFL, 0, kill},
+		{"F_SETFL O_NONBLOCK above bit 31 only", unix.F_SETFL, unix.O_NONBLOCK << 32, kill},
+		{"F_SETOWN", unix.F_SETOWN, 1, kill},
+		{"F_SETLK", unix.F_SETLK, 0x1000, kill},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := seccompData{nr: int32(unix.SYS_FCNTL), arch: auditArch, args: [6]uint64{5, tt.cmd, tt.arg}}
+			if got := seccomp.Action(runFilter(t, prog, d.bytes())); got != tt.want {
+				t.Errorf("fcntl(5, %#x, %#x) = %#x, want %#x", tt.cmd, tt.arg, uint32(got), uint32(tt.want))
+			}
+		})
+	}
+}

@@ -110,7 +110,15 @@ func conditionalSyscalls(pid int) []seccomp.NameWithConditions {
 		nc("openat", seccomp.Condition{Argument: 2, Operation: seccomp.BitsNotSet, Value: openWriteFlags}),
 		// fcntl: os.NewFile and net.FileConn (F_GETFL, F_SETFL, F_DUPFD_CLOEXEC),
 		// close-on-exec bookkeeping (F_GETFD, F_SETFD).
-		fcntl(unix.F_GETFD), fcntl(unix.F_SETFD), fcntl(unix.F_GETFL), fcntl(unix.F_SETFL), fcntl(unix.F_DUPFD_CLOEXEC),
+		fcntl(unix.F_GETFD), fcntl(unix.F_SETFD), fcntl(unix.F_GETFL), fcntl(unix.F_DUPFD_CLOEXEC),
+		// F_SETFL only with O_NONBLOCK set (net.FileConn sets it). The flag
+		// belongs to the open file description, which a connection's copy
+		// shares with the supervisor's and with the next worker's: cleared,
+		// their plain reads and writes would wait on the client. The os
+		// package clears it too, on a regular file opened without
+		// O_NONBLOCK once the poller refuses the file, so a worker opens
+		// files with O_NONBLOCK (worker/static).
+		nc("fcntl", argEq(1, unix.F_SETFL), seccomp.Condition{Argument: 2, Operation: seccomp.BitsSet, Value: unix.O_NONBLOCK}),
 		// setsockopt: what net.FileConn sets on a TCP connection.
 		sockopt(unix.SOL_SOCKET, unix.SO_KEEPALIVE),
 		sockopt(unix.IPPROTO_TCP, unix.TCP_NODELAY),

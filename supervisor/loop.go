@@ -196,7 +196,7 @@ func (d *dispatcher) expire(now time.Time) {
 			d.closeConn(c)
 			continue
 		}
-		unix.Write(c.fd, d.canned.r503.at(now))
+		sendOutput(c.fd, d.canned.r503.at(now))
 		unix.Shutdown(c.fd, unix.SHUT_WR)
 		d.linger(c, now)
 	}

@@ -36,7 +36,7 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 		// The peer closed or reset. If nothing is left to read, close here
 		// rather than spend a worker round on it.
 		var b [1]byte
-		n, err := peekInput(c.fd, b[:])
+		n, err := recvInput(c.fd, b[:], unix.MSG_PEEK)
 		if n <= 0 && err != unix.EAGAIN {
 			d.c.peerClosed++
 			d.logLimited(hclog.Debug, "peer-closed", "client closed a connection before a request")
@@ -58,7 +58,7 @@ func (d *dispatcher) leavePark(c *conn) {
 // discard reads and drops what a lingering connection still sends.
 func (d *dispatcher) discard(c *conn) {
 	for i := 0; i < 4; i++ {
-		n, err := unix.Read(c.fd, d.scratch)
+		n, err := recvInput(c.fd, d.scratch, 0)
 		if err == unix.EAGAIN {
 			d.arm(c)
 			return

@@ -5,7 +5,6 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/proxyproto"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 )
 
 // PROXY protocol (docs/DESIGN.md §2.3): on a listener with proxy_protocol =
@@ -52,7 +51,7 @@ func (d *dispatcher) readProxy(c *conn, now time.Time) {
 		return
 	}
 	// Consume exactly the header: the request behind it stays in the socket.
-	if m, err := unix.Read(c.fd, buf[:hlen]); err != nil || m != hlen {
+	if m, err := recvInput(c.fd, buf[:hlen], 0); err != nil || m != hlen {
 		d.closeConn(c)
 		return
 	}

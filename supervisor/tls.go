@@ -175,7 +175,7 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 	d.c.tlsPlainHTTP++
 	d.leavePark(c)
 	d.leaveIncomplete(c)
-	unix.Write(c.fd, d.canned.r400TLS.at(now))
+	sendOutput(c.fd, d.canned.r400TLS.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }

@@ -157,6 +157,8 @@ var requestModes = map[string]func() int{
 	"hoard":        hoardWorker,
 	// Claims to keep every connection it serves, keeping none.
 	"kept-liar": keptLiarWorker,
+	// Clears O_NONBLOCK on the connections it hands back.
+	"nonblock-clearer": nonblockClearerWorker,
 }
 
 // The names the request modes use; the tests configure them.
