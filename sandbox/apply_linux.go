@@ -53,7 +53,7 @@ func Apply(p Policy) ([]Layer, error) {
 	default:
 		layers = append(layers, applyIdentity(inInitNS, uidMap, uid, gid))
 	}
-	layers = append(layers, applyNoNewPrivs(), applyNotDumpable(), applyRlimits(p.AppendsFile))
+	layers = append(layers, applyNoNewPrivs(), applyNotDumpable(), applyRlimits())
 	switch {
 	case rootErr != nil:
 		layers = append(layers, Layer{Name: "landlock", Detail: rootErr.Error()})

@@ -159,29 +159,25 @@ func applyNotDumpable() Layer {
 
 // applyRlimits sets soft and hard limits (lowering a hard limit is
 // irreversible). Go raised the soft RLIMIT_NOFILE at start-up, so it must be
-// set here, inside the worker. appends leaves RLIMIT_FSIZE unlimited, for a
-// worker given a file to append to.
-func applyRlimits(appends bool) Layer {
+// set here, inside the worker. RLIMIT_FSIZE 0: a worker writes no file (its
+// access lines go to a pipe).
+func applyRlimits() Layer {
 	l := Layer{Name: "rlimits"}
 	nofile := uint64(nofileMax)
 	var cur unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &cur); err == nil && cur.Max < nofile {
 		nofile = cur.Max
 	}
-	fsize, fsizeText := uint64(0), "0"
-	if appends {
-		fsize, fsizeText = unix.RLIM_INFINITY, "unlimited (appends to the access log)"
-	}
 	for _, r := range []struct {
 		res int
 		max uint64
-	}{{unix.RLIMIT_CORE, 0}, {unix.RLIMIT_FSIZE, fsize}, {unix.RLIMIT_NOFILE, nofile}} {
+	}{{unix.RLIMIT_CORE, 0}, {unix.RLIMIT_FSIZE, 0}, {unix.RLIMIT_NOFILE, nofile}} {
 		lim := unix.Rlimit{Cur: r.max, Max: r.max}
 		if err := unix.Prlimit(0, r.res, &lim, nil); err != nil {
 			l.Detail = os.NewSyscallError("prlimit64", err).Error()
 			return l
 		}
 	}
-	l.Applied, l.Detail = true, fmt.Sprintf("core 0, fsize %s, nofile %d", fsizeText, nofile)
+	l.Applied, l.Detail = true, fmt.Sprintf("core 0, fsize 0, nofile %d", nofile)
 	return l
 }

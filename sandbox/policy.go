@@ -111,11 +111,6 @@ type Policy struct {
 	// delete it, so that its root is an empty directory in which nothing can
 	// ever be created.
 	Chroot string
-	// AppendsFile is true when the worker is given a regular file to append
-	// to (the access log): RLIMIT_FSIZE is then left unlimited instead of 0,
-	// which would refuse every write to it. The worker still cannot open a
-	// file for writing.
-	AppendsFile bool
 
 	// noLandlock skips the Landlock layer, so that tests can show what the
 	// other layers hold alone. Never set outside tests.
@@ -239,7 +234,6 @@ const (
 	argRootFD  = "root-fd"
 	argUser    = "user"
 	argChroot  = "chroot"
-	argAppends = "appends-file"
 )
 
 // Args encodes p as worker command-line arguments, each of the form
@@ -260,9 +254,6 @@ func (p Policy) Args() []string {
 	}
 	if p.Chroot != "" {
 		args = append(args, argPrefix+argChroot+"="+p.Chroot)
-	}
-	if p.AppendsFile {
-		args = append(args, argPrefix+argAppends+"=true")
 	}
 	return args
 }
@@ -306,11 +297,6 @@ func ParseArgs(args []string) (Policy, error) {
 			p.User = v
 		case argChroot:
 			p.Chroot = v
-		case argAppends:
-			if v != "true" {
-				err = fmt.Errorf("sandbox: -sandbox.%s must be true, got %q", argAppends, v)
-			}
-			p.AppendsFile = true
 		default:
 			err = fmt.Errorf("sandbox: unknown argument %q", a)
 		}

@@ -18,7 +18,6 @@ func TestArgsRoundTrip(t *testing.T) {
 		{"best-effort log", sandbox.Policy{}.BestEffort().WithSeccompAction(sandbox.Log)},
 		{"roots", sandbox.Policy{}.WithRoots("/srv/www", "/srv/with space", "/srv/a=b,c")},
 		{"user and chroot", sandbox.Policy{}.WithUser("www-data").WithChroot("/var/empty")},
-		{"appends a file", sandbox.Policy{AppendsFile: true}},
 		{"numeric user", sandbox.Policy{}.WithUser("1000:1000").WithRoots("/")},
 		{"root descriptors", sandbox.Policy{}.WithRootFDs([]string{"/srv/a", "/srv/b"}, []int{4, 5})},
 	}

@@ -262,6 +262,8 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"affinity_moves":     d.c.affinityMoves,
 			// Counted by the relay goroutines, not the loop.
 			"worker_log_lines_dropped": d.s.logDropped.Load(),
+			"log_lines_dropped":        d.s.logOutputDropped(),
+			"access_lines_rejected":    d.s.access.rejected.Load(),
 			// A gauge, not a counter: the rate limiter's buckets now.
 		},
 	}

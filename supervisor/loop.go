@@ -157,8 +157,6 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.dialed(m, now)
 	case healthResult:
 		d.healthChecked(m, now)
-	case accessLogMsg:
-		d.setAccessLog(m.fd)
 	case logLevelMsg:
 		d.logLevel = m.level
 		for _, w := range d.workers {

@@ -58,6 +58,11 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 	if fallback {
 		log.Warn("no `user` set and no \"gatehouse\" account: the supervisor runs as nobody; create a gatehouse account or set user", "account", sup.String())
 	}
+	// The access log file it created is given to its account, while it
+	// still may, so that it can reopen it after a rotation.
+	if err := s.access.adopt(sup, cfg.Log.AccessLogPath); err != nil {
+		return err
+	}
 	if s.spawner, err = s.startSpawner(worker); err != nil {
 		return err
 	}

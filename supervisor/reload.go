@@ -25,7 +25,8 @@ type reloadMsg struct {
 	keys  *keyring   // the TLS certificates and keys, reloaded
 	added []listener // bound for addresses the old configuration lacked
 	// accessFD is the access log opened for the new configuration (-1:
-	// off); the loop owns it once the message is sent.
+	// off, which keeps the running one for the replaced workers' last
+	// lines); the loop owns it once the message is sent.
 	accessFD int
 	reply    chan error
 }
@@ -85,7 +86,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	// The access log is reopened on every reload, as on SIGUSR1: its path
 	// may have changed, or the file been rotated.
-	accessFD, err := openAccessLog(cfg.Log)
+	accessFD, _, err := openAccessLog(cfg.Log)
 	if err != nil {
 		for _, a := range added {
 			unix.Close(a.fd)
@@ -174,7 +175,7 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 		cl.trusted = d.trusted(cl.key)
 	}
 	d.reloadListeners(m.added)
-	d.setAccessLog(m.accessFD)
+	d.s.access.set(m.accessFD)
 	d.setUpstreams()
 	d.limiter.max = d.cfg.RateLimitEntries
 	l := d.cfg.Limits

@@ -116,9 +116,6 @@ type workerSet struct {
 	// logLevel is the level set at run time ("" until then), which new
 	// workers get after Hello.
 	logLevel string
-	// accessFD is the access log workers get a duplicate of after Hello
-	// (-1: off).
-	accessFD int
 	// pressure is what the workers were last told: whether a readable
 	// connection waits for a slot.
 	pressure bool
@@ -157,10 +154,9 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 				boot.cfg.Limits.DeathPenaltyDuration, boot.cfg.Limits.DeathPenaltyMaxClients),
 		},
 		workerSet: workerSet{
-			accessFD: boot.accessFD,
-			spec:     boot.spec,
-			pool:     boot.cfg.Workers.Pool(),
-			share:    boot.cfg.Workers.Share(),
+			spec:  boot.spec,
+			pool:  boot.cfg.Workers.Pool(),
+			share: boot.cfg.Workers.Share(),
 		},
 		broker: broker{
 			limiter:   newLimiter(boot.cfg.RateLimitEntries),

@@ -40,6 +40,9 @@ var ErrSandbox = errors.New("supervisor: sandbox")
 type Options struct {
 	// Logger receives the supervisor's and the workers' logs. Default: hclog.Default().
 	Logger hclog.Logger
+	// LogOutput, if not nil, is the Logger's output, whose dropped lines
+	// the metrics report.
+	LogOutput *LogWriter
 	// WorkerPath is the program run as a worker. Default: /proc/self/exe,
 	// this executable, which the workers' unprivileged account can exec even
 	// when it cannot search the directories that lead to it.
@@ -97,6 +100,10 @@ type Supervisor struct {
 	// accessLog is the running configuration's log block, which
 	// ReopenAccessLog opens again. +checklocks:reloadMu
 	accessLog config.Log
+	// access is the access log's destination, which every worker's relay
+	// writes to; accessRelays counts the relays running.
+	access       *accessSink
+	accessRelays sync.WaitGroup
 	// keys are the running TLS certificates and keys, which a reload
 	// keeps for a certificate that fails to load. +checklocks:reloadMu
 	keys *keyring
@@ -132,7 +139,6 @@ type loopInit struct {
 	cfg       *config.Config
 	spec      *workerSpec
 	listeners []listener
-	accessFD  int // the access log (-1: off)
 	keys      *keyring
 }
 
@@ -174,10 +180,13 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	// Opened before privileges drop, as the listeners: the log's directory
 	// may be writable by root only. Reopening needs the file to be
 	// writable by the configured user (logrotate's create mode and owner).
-	if s.boot.accessFD, err = openAccessLog(cfg.Log); err != nil {
+	accessFD, created, err := openAccessLog(cfg.Log)
+	if err != nil {
 		s.closeListeners()
 		return nil, err
 	}
+	s.access.set(accessFD)
+	s.access.created = created
 	// Read while the files may still be readable by root only; workers
 	// never can read them (docs/DESIGN.md §9).
 	if s.boot.keys, err = loadKeyring(cfg); err != nil {
@@ -221,9 +230,7 @@ func (s *Supervisor) closeEarly() {
 	if s.spawner != nil {
 		s.spawner.Close()
 	}
-	if s.boot.accessFD >= 0 {
-		unix.Close(s.boot.accessFD)
-	}
+	s.access.close()
 	s.reloadMu.Lock()
 	closeRoots(s.heldRoots)
 	s.heldRoots = nil
@@ -233,8 +240,9 @@ func (s *Supervisor) closeEarly() {
 // newSupervisor makes the handle, with nothing bound or started yet.
 func newSupervisor(cfg *config.Config, opts Options) *Supervisor {
 	s := &Supervisor{
-		boot:      loopInit{cfg: cfg, accessFD: -1},
+		boot:      loopInit{cfg: cfg},
 		accessLog: cfg.Log,
+		access:    newAccessSink(opts.Logger),
 		opts:      opts,
 		log:       opts.Logger,
 		msgs:      make(chan any, 1024),
@@ -284,12 +292,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	go memtrim.Run(trim, memtrim.Default, nil)
 	err = d.run()
 	stopTrim()
-	if d.accessFD >= 0 {
-		unix.Close(d.accessFD)
-	}
 	if s.spawner != nil {
 		s.spawner.Close() // every worker has been reaped, or is killed now
 	}
+	s.waitAccessRelays()
+	s.access.close()
 	return err
 }
 
@@ -401,8 +408,7 @@ func sandboxPolicy(cfg *config.Config, worker string) (sandbox.Policy, error) {
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: configRoots(cfg), User: worker, Chroot: cfg.Sandbox.Chroot,
-		AppendsFile: accessLogIsFile(cfg)}
+	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: configRoots(cfg), User: worker, Chroot: cfg.Sandbox.Chroot}
 	return p, p.Validate()
 }
 

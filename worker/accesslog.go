@@ -10,15 +10,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 )
-
-// pipeBuf is the largest write a pipe or a stream socket (standard error,
-// journald) takes whole: the writer cuts its buffer into pieces of whole
-// lines no longer than this, so that lines from several processes sharing
-// the descriptor never interleave. Appends to a regular file are whole at
-// any size.
-const pipeBuf = 4096
 
 // accessFormat is the access log's line format.
 type accessFormat uint8
@@ -69,11 +61,11 @@ func stripQuery(s string) string {
 	return s
 }
 
-// accessLog buffers formatted lines and writes them to the descriptor the
-// supervisor opened, when the buffer holds limit bytes or its oldest line is
+// accessLog buffers formatted lines and writes them to the pipe the
+// supervisor gave it, when the buffer holds limit bytes or its oldest line is
 // flushAfter old, whichever comes first (nginx's access_log buffer= flush=).
-// The descriptor is replaced when the supervisor reopens the log; what was
-// buffered goes to the old one first, so a rotation loses no line.
+// The pipe is the worker's alone, so a flush is one write of whole lines;
+// the supervisor copies them to the log (docs/DESIGN.md §6.4).
 type accessLog struct {
 	format     accessFormat // immutable
 	limit      int          // immutable
@@ -90,7 +82,6 @@ type accessLog struct {
 	// the descriptor in the order they were buffered. It is taken before mu.
 	wmu     sync.Mutex
 	out     *os.File  // +checklocks:wmu
-	chunk   int       // write at most this much at once, 0: no bound; +checklocks:wmu
 	spare   []byte    // +checklocks:wmu
 	dropped uint64    // lines lost to write errors; +checklocks:wmu
 	warned  time.Time // when a write error was last logged; +checklocks:wmu
@@ -101,7 +92,7 @@ func newAccessLog(format string, limit int, flushAfter time.Duration, log hclog.
 	if format == "combined" {
 		a.format = formatCombined
 	}
-	a.buf = make([]byte, 0, max(limit, pipeBuf)+pipeBuf)
+	a.buf = make([]byte, 0, max(limit, 4096)+4096)
 	a.spare = make([]byte, 0, cap(a.buf))
 	a.timer = time.AfterFunc(time.Hour, a.flush)
 	a.timer.Stop()
@@ -151,8 +142,8 @@ func (a *accessLog) flushLocked() {
 	a.spare = b[:0]
 }
 
-// setOut makes f the descriptor lines go to, after writing what is buffered
-// to the previous one, which is then closed.
+// setOut makes f, the write end of the pipe, the descriptor lines go to. It
+// is given once, after Hello.
 func (a *accessLog) setOut(f *os.File) {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
@@ -162,30 +153,18 @@ func (a *accessLog) setOut(f *os.File) {
 	}
 	a.out = f
 	a.hasOut.Store(true)
-	a.chunk = pipeBuf
-	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		a.chunk = 0
-	}
 }
 
-// write writes b, whole lines at a time, in pieces of at most a.chunk bytes.
+// write writes b, whole lines.
 // +checklocks:a.wmu
 func (a *accessLog) write(b []byte) {
-	for len(b) > 0 {
-		n := len(b)
-		if a.chunk > 0 && n > a.chunk {
-			n = lastLineEnd(b[:a.chunk])
-			if n == 0 { // one line longer than a chunk: whole, alone
-				n = lineEnd(b)
-			}
-		}
-		if a.out == nil {
-			a.lost(b[:n], os.ErrClosed)
-		} else if _, err := a.out.Write(b[:n]); err != nil {
-			a.lost(b[:n], err)
-		}
-		b = b[n:]
+	if len(b) == 0 {
+		return
+	}
+	if a.out == nil {
+		a.lost(b, os.ErrClosed)
+	} else if _, err := a.out.Write(b); err != nil {
+		a.lost(b, err)
 	}
 }
 
@@ -201,27 +180,6 @@ func (a *accessLog) lost(b []byte, err error) {
 		a.warned = now
 		a.log.Error("writing the access log", "error", err, "lines_dropped", a.dropped)
 	}
-}
-
-// lastLineEnd returns the length of b up to and including its last newline,
-// or 0 when it has none.
-func lastLineEnd(b []byte) int {
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == '\n' {
-			return i + 1
-		}
-	}
-	return 0
-}
-
-// lineEnd returns the length of b's first line, newline included.
-func lineEnd(b []byte) int {
-	for i, c := range b {
-		if c == '\n' {
-			return i + 1
-		}
-	}
-	return len(b)
 }
 
 // appendJSON appends e as a JSON object line. The fields come in a fixed
@@ -256,7 +214,8 @@ func appendJSON(b []byte, e *accessEntry) []byte {
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD.
+// control characters escaped (C0, DEL and C1: U+0080–U+009F, whose CSI
+// U+009B a terminal would obey as ESC [), invalid UTF-8 replaced by U+FFFD.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); {
@@ -274,9 +233,12 @@ func appendJSONString(b []byte, s string) []byte {
 			continue
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
+		switch {
+		case r == utf8.RuneError && n == 1:
 			b = append(b, `\ufffd`...)
-		} else {
+		case r <= 0x9f: // C1
+			b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+		default:
 			b = append(b, s[i:i+n]...)
 		}
 		i += n

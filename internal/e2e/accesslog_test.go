@@ -44,6 +44,12 @@ sandbox {
 	}
 	p := startBinary(t, dir, 0, "-config", "gatehouse.hcl")
 	p.waitServing(t, "/") // logged under another path than the clients'
+	// The file it created is its dropped account's, so that logrotate's
+	// create gives the new file that owner and the reopen can open it.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "access.log"), &st); err != nil || st.Uid == 0 {
+		t.Errorf("access.log owned by uid %d (%v), want the supervisor's account", st.Uid, err)
+	}
 
 	const clients, perClient, rotations = 4, 400, 5
 	var served atomic.Int64
@@ -120,6 +126,9 @@ sandbox {
 	if nonEmpty < 3 {
 		t.Errorf("only %d of %d files hold lines: the rotations did not switch the workers' descriptor", nonEmpty, len(files))
 	}
+	if n := strings.Count(p.log(), "access log reopened"); n != rotations-1 {
+		t.Errorf("%d INFO lines of a reopen, want one per SIGUSR1 (%d)", n, rotations-1)
+	}
 	t.Logf("%d requests, %d rotations: %d lines in %d files", served.Load(), rotated, lines, len(files))
 }
 
@@ -161,4 +170,85 @@ func countAccessLines(t *testing.T, name, path string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// A worker holds nothing of the log it cannot abuse: not the access log's
+// file, not the supervisor's standard output or error, and no descriptor it
+// could read or seek; its access lines go out through the write end of a
+// pipe of its own, which the supervisor copies to the file.
+func TestWorkerHoldsNoLogDescriptor(t *testing.T) {
+	h := start(t, `
+workers {
+  count = 2
+}
+log {
+  access_log_buffer = 0
+}
+sandbox {
+  mode           = "strict"
+  seccomp_action = "kill"
+}
+`)
+	cl := newClient(t, "127.0.0.2", h.addr)
+	if resp, _, err := cl.get("/ok"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /ok: %v", err)
+	}
+	// What the worker must not hold: the file and the supervisor's (this
+	// process's) standard descriptors, by device and inode.
+	type ident struct{ dev, ino uint64 }
+	forbidden := map[ident]string{}
+	var st syscall.Stat_t
+	if err := syscall.Stat(h.accessLog, &st); err != nil {
+		t.Fatal(err)
+	}
+	forbidden[ident{st.Dev, st.Ino}] = "the access log file"
+	for fd := 1; fd <= 2; fd++ {
+		if syscall.Fstat(fd, &st) == nil && st.Mode&syscall.S_IFMT != syscall.S_IFCHR { // not /dev/null
+			forbidden[ident{st.Dev, st.Ino}] = fmt.Sprintf("the supervisor's descriptor %d", fd)
+		}
+	}
+	s := h.snapshot()
+	for _, w := range s.Workers {
+		dir := fmt.Sprintf("/proc/%d/fd", w.PID)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipes := 0
+		for _, e := range ents {
+			target, _ := os.Readlink(filepath.Join(dir, e.Name()))
+			if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+				continue // closed meanwhile
+			}
+			if what, ok := forbidden[ident{st.Dev, st.Ino}]; ok {
+				t.Errorf("worker %d holds %s as descriptor %s (%s)", w.Slot, what, e.Name(), target)
+			}
+			info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", w.PID, e.Name()))
+			var flags int
+			for _, line := range strings.Split(string(info), "\n") {
+				if v, ok := strings.CutPrefix(line, "flags:"); ok {
+					fmt.Sscanf(strings.TrimSpace(v), "%o", &flags)
+				}
+			}
+			switch {
+			case strings.HasPrefix(target, "pipe:"):
+				// Its stdout and stderr (the relay's pipe) and its access log.
+				if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+					t.Errorf("worker %d: pipe %s (%s) open with flags %#o, want write-only", w.Slot, e.Name(), target, flags)
+				}
+				pipes++
+			case st.Mode&syscall.S_IFMT == syscall.S_IFREG && flags&syscall.O_ACCMODE != syscall.O_RDONLY:
+				t.Errorf("worker %d: file descriptor %s (%s) open for writing, flags %#o", w.Slot, e.Name(), target, flags)
+			}
+		}
+		// 1 and 2 (one pipe, twice) and the access log's.
+		if pipes != 3 {
+			t.Errorf("worker %d holds %d pipe descriptors, want 3: its output twice and its access log", w.Slot, pipes)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); countAccessLines(t, h.accessLog, "/ok") != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the request's access line did not reach the file within 10 s:\n%s", tail(h.accessLog, 5))
+		}
+	}
 }

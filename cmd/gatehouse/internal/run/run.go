@@ -88,21 +88,29 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gatehouse: configuration %s is valid\n", cfg.Filename)
 		return ExitOK
 	}
-	log := hclog.New(&hclog.LoggerOptions{
+	// Logged through a bounded queue: a slow or stopped reader of standard
+	// error never holds the dispatcher loop (docs/DESIGN.md §6.4).
+	var log hclog.Logger
+	out := supervisor.NewLogWriter(stderr, func(dropped uint64) {
+		log.Warn("log lines dropped: standard error was not read fast enough", "dropped", dropped)
+	})
+	log = hclog.New(&hclog.LoggerOptions{
 		Name:       "gatehouse",
 		Level:      hclog.LevelFromString(cfg.Log.Level),
 		JSONFormat: cfg.Log.Format == "json",
-		Output:     stderr,
+		Output:     out,
 	})
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration", "warning", w)
 	}
-	return serve(cfg, *path, log)
+	code := serve(cfg, *path, log, out)
+	out.Flush(2 * time.Second)
+	return code
 }
 
 // serve runs the supervisor for cfg until a signal or a drain, and returns the
 // exit status.
-func serve(cfg *config.Config, path string, log hclog.Logger) int {
+func serve(cfg *config.Config, path string, log hclog.Logger, out *supervisor.LogWriter) int {
 	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace}
 	// fail reports a startup failure in the log and on the STATUS= line;
 	// READY=1 is never sent.
@@ -134,7 +142,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger) int {
 		}
 		defer adm.Close()
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, ConfigPath: path, Inherited: inherited})
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, LogOutput: out, ConfigPath: path, Inherited: inherited})
 	if err != nil {
 		switch {
 		case errors.Is(err, supervisor.ErrBind):
