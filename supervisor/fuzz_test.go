@@ -30,7 +30,7 @@ import (
 //	12     the hostile worker sends a frame of the supervisor's: which, fd
 //	13     an honest worker returns a connection: which, disposition
 //	14     a client acts: which, what (request, new connection, close)
-//	15     the clock moves on: tenths of a second
+//	15     the clock moves on: tenths of a second, under 5 s
 //
 // The committed corpus (testdata/fuzz/FuzzHostileWorker) reproduces what
 // issue 27 found: bodydone-id0-twice (BodyStart, a new client takes the
@@ -473,15 +473,38 @@ func (r *hostileRun) run(prog []byte) {
 		case op == 14:
 			r.client()
 		case op == 15:
-			r.h.clock.add(time.Duration(r.byte()) * 100 * time.Millisecond)
-			// Two round trips: the second runs after an iteration that
-			// read the moved clock and ran its timers.
-			r.h.snapshot()
-			r.h.snapshot()
+			r.advance(time.Duration(r.byte()%50) * 100 * time.Millisecond)
 		}
 		r.settle()
 	}
 	r.stillServes()
+}
+
+// advance moves the clock by at most 4.9 s, under the ping interval, and
+// waits until every live worker has answered the pings sent meanwhile: the
+// fake clock jumps, and an honest worker must not miss a ping for it.
+func (r *hostileRun) advance(by time.Duration) {
+	r.h.clock.add(by)
+	// Two round trips: the second runs after an iteration that read the
+	// moved clock and ran its timers.
+	r.h.snapshot()
+	r.h.snapshot()
+	pings := map[int]uint64{}
+	r.h.inLoop(func(d *dispatcher) {
+		for _, w := range d.workers {
+			if w.ch != nil {
+				pings[w.slot<<32|int(w.gen)] = w.pingSeq
+			}
+		}
+	})
+	for _, fs := range r.fakes {
+		want, ok := pings[fs.p.slot<<32|int(fs.p.gen)]
+		for deadline := time.Now().Add(frameWait); ok && uint64(fs.p.Pongs()) < want; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				r.t.Fatalf("worker %d did not answer %d pings", fs.p.slot, want)
+			}
+		}
+	}
 }
 
 // stillServes returns every honest worker's connections, then expects a new
