@@ -80,6 +80,7 @@ upstream "up" {
 type fakeState struct {
 	p        *fakeProc
 	held     map[uint64]uint32
+	peers    map[uint64]string // the peer of each dispatched connection
 	upConns  []uint64
 	lastID   uint64
 	honest   bool
@@ -180,6 +181,10 @@ func (r *hostileRun) drain() {
 			fs.received++
 			if d := f.GetDispatch(); d != nil {
 				fs.held[d.GetConnId()] = d.GetRequests()
+				if fs.peers == nil {
+					fs.peers = map[uint64]string{}
+				}
+				fs.peers[d.GetConnId()] = d.GetPeer()
 				if !slices.Contains(r.seen, d.GetConnId()) {
 					r.seen = append(r.seen, d.GetConnId())
 				}
@@ -507,53 +512,38 @@ func (r *hostileRun) advance(by time.Duration) {
 	}
 }
 
-// stillServes returns every honest worker's connections, then expects a new
-// client to be served; no honest worker may have been killed.
+// stillServes expects a new client to be served, the honest workers
+// returning every connection they get meanwhile; no honest worker may have
+// been killed.
 func (r *hostileRun) stillServes() {
-	for _, fs := range r.fakes {
-		if fs.honest && fs.dead {
-			r.t.Fatalf("honest worker %d was killed", fs.p.slot)
-		}
-		if !fs.honest {
-			continue
-		}
-		for _, id := range heldIDs(fs) {
-			if err := fs.p.Done(done(id, fs.held[id]+1, proto.Disposition_CLOSE)); err != nil {
-				r.t.Fatal(err)
-			}
-			delete(fs.held, id)
-		}
-	}
-	r.settle()
 	c := r.h.dial("127.0.0.250")
 	r.request(c, false)
-	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	local := c.LocalAddr().String()
 	for deadline := time.Now().Add(frameWait); ; {
-		var id uint64
-		r.h.inLoop(func(d *dispatcher) {
-			for x := range d.conns.all() {
-				if x.peer.addrPort() == local && x.state == stateAtWorker {
-					id = x.id
-				}
-			}
-		})
 		r.drain()
-		held := false
+		served := false
 		for _, fs := range r.fakes {
-			if _, ok := fs.held[id]; ok && id != 0 && !fs.dead {
-				if err := fs.p.Done(done(id, fs.held[id]+1, proto.Disposition_CLOSE)); err != nil {
+			if fs.honest && fs.dead {
+				r.t.Fatalf("honest worker %d was killed", fs.p.slot)
+			}
+			for _, id := range heldIDs(fs) {
+				ours := fs.peers[id] == local
+				if !fs.honest && !ours {
+					continue
+				}
+				if err := fs.p.Done(done(id, fs.held[id]+1, proto.Disposition_CLOSE)); err != nil && fs.honest {
 					r.t.Fatal(err)
 				}
 				delete(fs.held, id)
-				held = true
+				served = served || ours
 			}
 		}
-		if held {
+		if served {
 			break
 		}
 		if time.Now().After(deadline) {
 			s := r.h.snapshot()
-			r.t.Fatalf("a new client was not served: %d at workers, pool %d, conns %v", s.AtWorkers, s.Pool, s.Conns)
+			r.t.Fatalf("a new client was not served: %d at workers, pool %d, conns %v, workers %+v", s.AtWorkers, s.Pool, s.Conns, s.Workers)
 		}
 		time.Sleep(time.Millisecond)
 	}
