@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -176,4 +177,26 @@ rate_limit "login" {
 		}
 	})
 	h.checkInvariants()
+}
+
+func TestForwardedFor(t *testing.T) {
+	for _, tc := range []struct {
+		head string
+		want []string
+	}{
+		{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", nil},
+		{"GET / HTTP/1.1\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n", []string{"1.2.3.4"}},
+		{"GET / HTTP/1.1\r\nx-forwarded-for:1.2.3.4, 5.6.7.8 \r\nHost: x\r\nX-FORWARDED-FOR: 9.9.9.9\r\n\r\n", []string{"1.2.3.4, 5.6.7.8", "9.9.9.9"}},
+		// A field of the body, or of the next request, is not the head's.
+		{"POST / HTTP/1.1\r\nHost: x\r\n\r\nX-Forwarded-For: 1.2.3.4\r\n", nil},
+		// The request line is no field, and a bare LF ends a line too.
+		{"X-Forwarded-For: 1.1.1.1\nX-Forwarded-For: 2.2.2.2\n\n", []string{"2.2.2.2"}},
+		// An incomplete head yields its complete lines.
+		{"GET / HTTP/1.1\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For: 5.6", []string{"1.2.3.4"}},
+		{"GET / HTTP/1.1\r\nX-Forwarded-Forx: 1.2.3.4\r\n\r\n", nil},
+	} {
+		if got := forwardedFor([]byte(tc.head)); !slices.Equal(got, tc.want) {
+			t.Errorf("forwardedFor(%q) = %q, want %q", tc.head, got, tc.want)
+		}
+	}
 }
