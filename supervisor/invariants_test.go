@@ -1,9 +1,12 @@
 package supervisor
 
 import (
+	"crypto"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -237,33 +240,40 @@ func (d *dispatcher) invariants() error {
 		activeSum += w.active
 		eq(who+" tls", w.tls, ws.tls)
 		eq(who+" kept", w.kept, ws.kept)
-		if w.slots != nil {
-			waits := ws.bodyWaits
-			for _, u := range d.upstreams {
-				for _, wd := range u.waiting {
-					if wd.slot == w.slot && wd.gen == w.gen {
-						waits++
-					}
-				}
-			}
-			if w.ch != nil && (w.slots.InUse() < waits || w.slots.InUse() > w.slots.Cap()) {
-				bad("%s: %d in-flight slots taken, %d requests wait for a reply, cap %d", who, w.slots.InUse(), waits, w.slots.Cap())
-			}
-		}
 		perUp := map[string]int{}
 		for _, hc := range w.upConns {
 			perUp[hc.upstream]++
 			upHeld[hc.upstream]++
 			heldFDs++
 		}
-		for name, n := range perUp {
-			if w.held[name] < n {
-				bad("%s holds %d connections to %s, its share counts %d", who, n, name, w.held[name])
+		// Requests answered later hold their in-flight slots: a BodyDone
+		// waiting for a pool slot, a Dial waiting for the budget or
+		// being dialed (its share counts it until the result), a
+		// StatsRequest waiting for a rendering, an RSA signature being
+		// computed (not counted here: a goroutine holds it).
+		waits := ws.bodyWaits
+		for name, n := range w.held {
+			if n < perUp[name] {
+				bad("%s holds %d connections to %s, its share counts %d", who, perUp[name], name, n)
+			}
+			waits += n - perUp[name]
+		}
+		for _, u := range d.upstreams {
+			for _, wd := range u.waiting {
+				if wd.slot == w.slot && wd.gen == w.gen {
+					waits++
+				}
 			}
 		}
-		for name, n := range w.held {
-			if n < 0 {
-				bad("%s: share of %s is %d, negative", who, name, n)
+		for _, sw := range d.stats.waiting {
+			if sw.slot == w.slot && sw.gen == w.gen {
+				waits++
+			}
+		}
+		if w.ch != nil && w.slots != nil {
+			signs := w.keys != nil && slices.ContainsFunc(w.keys.keys, func(k crypto.Signer) bool { _, ok := k.(*rsa.PrivateKey); return ok })
+			if n := w.slots.InUse(); n < waits || !signs && n != waits || n > w.slots.Cap() {
+				bad("%s: %d in-flight slots taken, %d requests wait for a reply, cap %d", who, n, waits, w.slots.Cap())
 			}
 		}
 	}
