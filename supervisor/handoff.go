@@ -122,7 +122,7 @@ func (d *dispatcher) release(c *conn) {
 	}
 	d.leaveRound(c, false)
 	c.worker = nil
-	if c.client.trusted {
+	if len(d.rateKeys) > 0 {
 		delete(d.rateKeys, c.id)
 	}
 }

@@ -278,6 +278,11 @@ func (d *dispatcher) invariants() error {
 		}
 	}
 	eq("the workers' active slots (sum)", activeSum, out)
+	for id := range d.rateKeys {
+		if c := d.conns.get(id); c == nil || c.state != stateAtWorker {
+			bad("a rate limit key is kept for connection %d, which is at no worker", id)
+		}
+	}
 	eq("upstream descriptors held", d.heldFDs, heldFDs)
 	for name, u := range d.upstreams {
 		eq("upstream "+name+" held", u.held, upHeld[name])
