@@ -78,14 +78,13 @@ upstream "up" {
 // was dispatched (by id, with their request count) and the upstream
 // connections it was given.
 type fakeState struct {
-	p        *fakeProc
-	held     map[uint64]uint32
-	peers    map[uint64]string // the peer of each dispatched connection
-	upConns  []uint64
-	lastID   uint64
-	honest   bool
-	dead     bool
-	received int
+	p       *fakeProc
+	held    map[uint64]uint32
+	peers   map[uint64]string // the peer of each dispatched connection
+	upConns []uint64
+	lastID  uint64
+	honest  bool
+	dead    bool
 }
 
 type hostileRun struct {
@@ -178,7 +177,6 @@ func (r *hostileRun) drain() {
 			if !ok {
 				break
 			}
-			fs.received++
 			if d := f.GetDispatch(); d != nil {
 				fs.held[d.GetConnId()] = d.GetRequests()
 				if fs.peers == nil {
