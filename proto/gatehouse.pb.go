@@ -1295,14 +1295,14 @@ func (x *Reclaimed) GetUpstream() string {
 }
 
 // RateCheck charges one request on a connection the worker holds to a rate
-// limit class. The supervisor charges the client it recorded for the
-// connection; forwarded_for (the raw X-Forwarded-For values, rightmost last)
-// is considered only when the connection's peer is a trusted proxy.
+// limit class. The supervisor charges a key it derived itself: the client it
+// recorded for the connection or, behind a trusted proxy, the client
+// X-Forwarded-For names in the head it saw for this dispatch. Field 3 once
+// let the worker relay X-Forwarded-For, which let it name any key.
 type RateCheck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
 	Class         string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
-	ForwardedFor  []string               `protobuf:"bytes,3,rep,name=forwarded_for,json=forwardedFor,proto3" json:"forwarded_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1349,13 +1349,6 @@ func (x *RateCheck) GetClass() string {
 		return x.Class
 	}
 	return ""
-}
-
-func (x *RateCheck) GetForwardedFor() []string {
-	if x != nil {
-		return x.ForwardedFor
-	}
-	return nil
 }
 
 // RateReply answers RateCheck.
@@ -2669,11 +2662,10 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\aReclaim\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\"'\n" +
 	"\tReclaimed\x12\x1a\n" +
-	"\bupstream\x18\x01 \x01(\tR\bupstream\"_\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\"O\n" +
 	"\tRateCheck\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x14\n" +
-	"\x05class\x18\x02 \x01(\tR\x05class\x12#\n" +
-	"\rforwarded_for\x18\x03 \x03(\tR\fforwardedFor\"K\n" +
+	"\x05class\x18\x02 \x01(\tR\x05classJ\x04\b\x03\x10\x04R\rforwarded_for\"K\n" +
 	"\tRateReply\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12$\n" +
 	"\x0eretry_after_ms\x18\x02 \x01(\x04R\fretryAfterMs\"\x0e\n" +

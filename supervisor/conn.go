@@ -61,7 +61,7 @@ type conn struct {
 	// every other state: most connections never need one.
 	hd *headState
 
-	body bodyState // a request body received outside the pool
+	body bodyState // a request body received outside the pool (round.go)
 
 	// List links as slots and list ids (list.go): the timer list (t*),
 	// the wait queue or head-deadline list (q*) and the client's list of
@@ -78,14 +78,15 @@ type conn struct {
 	fresh    bool // counted against max_queued_connections
 	tls      bool // accepted on a TLS listener
 	lowat    bool // SO_RCVLOWAT raised to wait for a whole TLS record
-	// bodyOutside: a request body is received outside the pool (body).
-	bodyOutside bool
-	// stream: a long-lived request or upgraded connection charged to the
-	// stream budget instead of the pool.
-	stream streamState
-	tlist  listID
-	qlist  listID
-	ilist  listID
+	// round is how a connection at its worker is accounted: in the pool,
+	// or outside it for a body or a stream (round.go; setRound moves it).
+	round roundState
+	// upgrade: the stream a connection in round state stream is charged
+	// for is an upgraded connection.
+	upgrade bool
+	tlist   listID
+	qlist   listID
+	ilist   listID
 }
 
 // peerAddr is a connection's peer address and port: 20 bytes where a

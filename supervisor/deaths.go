@@ -93,7 +93,9 @@ const maxLoggedConns = 32
 // connsLost logs the connections a worker held when it went away, by client
 // key and listener, and strikes each client key (once per death; trusted
 // proxies exempt) in the penalty box, which refuses a key present at too
-// many deaths (docs/DESIGN.md §2.10).
+// many deaths (docs/DESIGN.md §2.10). A worker killed for a protocol
+// violation strikes no one: a compromised worker could otherwise have the
+// clients it holds refused by breaking the protocol on purpose.
 func (d *dispatcher) connsLost(w *workerProc, reason string, held []lostConn, now time.Time) {
 	names := make([]string, 0, min(len(held), maxLoggedConns))
 	struck := make(map[netip.Addr]bool, len(held))
@@ -101,7 +103,7 @@ func (d *dispatcher) connsLost(w *workerProc, reason string, held []lostConn, no
 		if i < maxLoggedConns {
 			names = append(names, d.logClient(h.client)+" on "+d.listenerName(h.listener))
 		}
-		if h.trusted || struck[h.client] {
+		if w.killedFor == DeathProtocol || h.trusted || struck[h.client] {
 			continue
 		}
 		struck[h.client] = true

@@ -9,7 +9,6 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
-	"golang.org/x/sys/unix"
 )
 
 // frameBatch bounds frames read from one worker per event: one flooding
@@ -58,60 +57,31 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 			}
 			return
 		}
-		if fd >= 0 {
-			// ipc admits a descriptor only on frames a worker never
-			// sends; close it before reporting the violation.
-			unix.Close(fd)
-		}
 		if _, done := f.Body.(*proto.Frame_Done); !done {
 			// Its handler may keep it: the next frame gets a new one.
 			d.recvFrame = nil
 		}
-		if !d.frame(w, f, now) || w.ch == nil || w.wantOut {
+		if !d.frame(w, f, fd, now) || w.ch == nil || w.wantOut {
 			return
 		}
 	}
 }
 
-// frame handles one frame from a worker. It reports false when the worker was
-// killed for it.
-func (d *dispatcher) frame(w *workerProc, f *proto.Frame, now time.Time) bool {
-	switch b := f.Body.(type) {
-	case *proto.Frame_Ready:
-		// A worker asked to drain while it was starting still reports
-		// Ready once, and then exits.
-		if w.reportedReady || w.state != workerStarting && w.state != workerDraining {
-			d.killWorker(w, "Ready when not starting")
-			return false
-		}
-		layers, bad := readyLayers(b.Ready.GetLayers())
-		if bad != "" {
-			d.killWorker(w, bad)
-			return false
-		}
-		w.reportedReady = true
-		w.threads = int(b.Ready.GetThreads())
-		w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), layers...)
-		if w.state == workerDraining {
-			return true
-		}
-		w.state = workerReady
-		d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
-		d.checkReady()
-		d.roll(now)
-		d.pump(nil, now)
-	case *proto.Frame_Done:
-		return d.done(w, b.Done, now)
-	case *proto.Frame_Pong:
-		w.lastPong = now
-	case *proto.Frame_Dial, *proto.Frame_RateCheck, *proto.Frame_StatsRequest, *proto.Frame_UpstreamRelease, *proto.Frame_Reclaimed,
-		*proto.Frame_BodyStart, *proto.Frame_BodyDone, *proto.Frame_StreamStart, *proto.Frame_Sign:
-		return d.request(w, f, now)
-	default:
-		d.killWorker(w, fmt.Sprintf("unexpected frame %T", f.Body))
-		return false
+// ready handles a worker's Ready (frameTable has checked it). A worker asked
+// to drain while it was starting still reports Ready once, and then exits.
+func (d *dispatcher) ready(w *workerProc, m *proto.Ready, now time.Time) {
+	layers, _ := readyLayers(m.GetLayers())
+	w.reportedReady = true
+	w.threads = int(m.GetThreads())
+	w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), layers...)
+	if w.state == workerDraining {
+		return
 	}
-	return true
+	w.state = workerReady
+	d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
+	d.checkReady()
+	d.roll(now)
+	d.pump(nil, now)
 }
 
 // Bounds on the sandbox report in a Ready frame.

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
@@ -79,12 +78,10 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	c.state = stateAtWorker
 	c.worker = w
 	w.handed = true
-	w.active++
 	if c.tls {
 		w.tls++
 	}
-	c.client.out++
-	d.out++
+	d.enterRound(c, roundPool)
 	d.c.dispatches++
 	m := &d.dispatchMsg
 	m.Reset()
@@ -98,6 +95,9 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	// By name, which reloads keep: the worker applies that listener's
 	// certificates, hsts and https_redirect.
 	m.ListenerName = d.listenerName(uint64(c.listener))
+	if c.client.trusted {
+		d.deriveRateKey(c)
+	}
 	b, err := d.dispatchEnc.Encode(m, c.peer.addrPort(), c.client.key)
 	m.Carried = nil
 	c.carried = nil
@@ -114,18 +114,17 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	d.sendEncoded(w, b, fd, false)
 }
 
-// release gives back the slots a connection held at its worker.
+// release gives back what a connection held at its worker: its round
+// state's slot or budget, and a BodyDone's wait (refused).
 func (d *dispatcher) release(c *conn) {
 	if c.tls {
 		c.worker.tls--
 	}
-	if d.releaseBody(c) || d.releaseStream(c) {
-		return
-	}
-	c.worker.active--
+	d.leaveRound(c, false)
 	c.worker = nil
-	c.client.out--
-	d.out--
+	if len(d.rateKeys) > 0 {
+		delete(d.rateKeys, c.id)
+	}
 }
 
 // pump dispatches waiting connections after slots were released: first the
@@ -148,51 +147,42 @@ func (d *dispatcher) pump(cl *client, now time.Time) {
 	}
 }
 
+// checkDone checks a Done's fields; the frame table has checked that the
+// worker holds the connection. Everything is checked before the slots are
+// released: the connection is still the worker's, so a kill closes it.
+func checkDone(d *dispatcher, w *workerProc, f *proto.Frame, c *conn) string {
+	m := f.GetDone()
+	switch {
+	case m.GetKept() && (m.GetDisposition() != proto.Disposition_KEEP_ALIVE || c.tls && len(m.GetCarried()) > 0):
+		return "Done keeps a connection that is not kept alive, or carries a TLS connection's plaintext"
+	case m.GetKept() && !c.tls && w.kept >= w.spec.cfg.Workers.MaxKeptConnections:
+		return "Done keeps more connections than workers.max_kept_connections"
+	case m.GetPending() && (!m.GetKept() || !c.tls):
+		return "Done reports input pending in a TLS connection it does not keep"
+	case len(m.GetCarried()) > ipc.MaxCarried:
+		return "Done carries more than the carried-bytes cap"
+	case m.GetOutcome() < 0 || int(m.GetOutcome()) >= len(d.c.outcomes):
+		return "Done with an unknown outcome"
+	case m.GetHandback() < 0 || int(m.GetHandback()) >= len(d.c.handbacks):
+		return "Done with an unknown handback"
+	case m.GetHotRequests() > m.GetRequests()-min(m.GetRequests(), c.requests):
+		return "Done reports more hot requests than requests"
+	case len(m.GetResponseStatus()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
+		return "Done reports more responses than requests"
+	case len(m.GetResponseStatus()) != len(m.GetResponseMicros()):
+		return "Done reports response statuses and times that do not pair"
+	case m.GetRequests() < c.requests:
+		return "Done lowers the request count"
+	case m.GetDisposition() != proto.Disposition_KEEP_ALIVE && m.GetDisposition() != proto.Disposition_CLOSE && m.GetDisposition() != proto.Disposition_LINGER:
+		return "Done without a disposition"
+	}
+	return ""
+}
+
 // done takes a connection back from a worker (docs/DESIGN.md §2.8): the slots are
 // released first, then it is re-parked, re-dispatched with its carried input,
 // lingered or closed.
-func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
-	c := d.conns.get(m.GetConnId())
-	switch {
-	case c == nil || c.state != stateAtWorker || c.worker != w:
-		d.killWorker(w, fmt.Sprintf("Done for connection %d it does not hold", m.GetConnId()))
-		return false
-	case m.GetKept() && (m.GetDisposition() != proto.Disposition_KEEP_ALIVE || c.tls && len(m.GetCarried()) > 0):
-		d.killWorker(w, "Done keeps a connection that is not kept alive, or carries a TLS connection's plaintext")
-		return false
-	case m.GetKept() && !c.tls && w.kept >= w.spec.cfg.Workers.MaxKeptConnections:
-		d.killWorker(w, "Done keeps more connections than workers.max_kept_connections")
-		return false
-	case m.GetPending() && (!m.GetKept() || !c.tls):
-		d.killWorker(w, "Done reports input pending in a TLS connection it does not keep")
-		return false
-	case len(m.GetCarried()) > ipc.MaxCarried:
-		d.killWorker(w, "Done carries more than the carried-bytes cap")
-		return false
-	case m.GetOutcome() < 0 || int(m.GetOutcome()) >= len(d.c.outcomes):
-		d.killWorker(w, "Done with an unknown outcome")
-		return false
-	case m.GetHandback() < 0 || int(m.GetHandback()) >= len(d.c.handbacks):
-		d.killWorker(w, "Done with an unknown handback")
-		return false
-	case m.GetHotRequests() > m.GetRequests()-min(m.GetRequests(), c.requests):
-		d.killWorker(w, "Done reports more hot requests than requests")
-		return false
-	case len(m.GetResponseStatus()) > int(m.GetRequests()-min(m.GetRequests(), c.requests))+1:
-		d.killWorker(w, "Done reports more responses than requests")
-		return false
-	case len(m.GetResponseStatus()) != len(m.GetResponseMicros()):
-		d.killWorker(w, "Done reports response statuses and times that do not pair")
-		return false
-	case m.GetRequests() < c.requests:
-		d.killWorker(w, "Done lowers the request count")
-		return false
-	case m.GetDisposition() != proto.Disposition_KEEP_ALIVE && m.GetDisposition() != proto.Disposition_CLOSE && m.GetDisposition() != proto.Disposition_LINGER:
-		// Checked with the rest, before the slots are released: the
-		// connection is still the worker's, so the kill closes it.
-		d.killWorker(w, "Done without a disposition")
-		return false
-	}
+func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) {
 	served := uint64(m.GetRequests() - c.requests)
 	w.served += served
 	w.rounds++
@@ -246,5 +236,4 @@ func (d *dispatcher) done(w *workerProc, m *proto.Done, now time.Time) bool {
 			d.linger(c, now)
 		}
 	}
-	return true
 }

@@ -240,9 +240,12 @@ func (h *loopHarness) noFrame(p *fakeProc) {
 	}
 }
 
-// snapshot is a copy of the loop's state.
+// snapshot is a copy of the loop's state, taken after its invariants are
+// checked (invariants_test.go): every test that looks at the loop's state
+// checks them too.
 func (h *loopHarness) snapshot() Snapshot {
 	h.t.Helper()
+	h.checkInvariants()
 	ctx, cancel := context.WithTimeout(context.Background(), frameWait)
 	defer cancel()
 	snap, err := h.s.Snapshot(ctx)

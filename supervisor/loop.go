@@ -166,6 +166,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.signed(m)
 	case snapshotReq:
 		m.reply <- d.snapshot(now)
+	case loopFunc:
+		m(d)
 	case statsRendered:
 		d.statsDone(m)
 	}

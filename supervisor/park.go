@@ -49,10 +49,10 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 
 // leavePark takes a parked connection off its timer list and counters.
 func (d *dispatcher) leavePark(c *conn) {
-	d.leaveTimer(c)
-	if c.state == stateIdle {
+	if c.tlist == listIdleTimers {
 		d.idle--
 	}
+	d.leaveTimer(c)
 }
 
 // discard reads and drops what a lingering connection still sends.
@@ -126,13 +126,15 @@ func (d *dispatcher) linger(c *conn, now time.Time) {
 // neither read nor inject another byte (close alone would leave the
 // connection open while any copy lives).
 func (d *dispatcher) closeConn(c *conn) {
+	// Counted idle while on the idle list: a connection that left it
+	// (leavePark) keeps its state until dispatched, or refused here.
+	if c.tlist == listIdleTimers {
+		d.idle--
+	}
 	d.leaveTimer(c)
 	d.leaveQueue(c)
 	d.leaveIncomplete(c)
 	d.dropHead(c)
-	if c.state == stateIdle {
-		d.idle--
-	}
 	if c.worker != nil {
 		d.release(c)
 	}

@@ -1,12 +1,11 @@
 package supervisor
 
 import (
-	"fmt"
+	"bytes"
 	"net/netip"
 	"strings"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 )
 
@@ -20,92 +19,80 @@ import (
 // maxForwardedFor bounds the X-Forwarded-For entries the dispatcher walks.
 const maxForwardedFor = 32
 
-// request handles one worker request frame. It reports false when the worker
-// was killed for it.
-func (d *dispatcher) request(w *workerProc, f *proto.Frame, now time.Time) bool {
-	if w.state != workerReady && w.state != workerDraining {
-		d.killWorker(w, "request before Ready")
-		return false
-	}
-	// Notices, not requests: no slot, no reply.
-	if rel := f.GetUpstreamRelease(); rel != nil {
-		return d.releaseUpstream(w, rel, now)
-	}
-	if rc := f.GetReclaimed(); rc != nil {
-		return d.reclaimed(w, rc.GetUpstream(), now)
-	}
-	if err := d.validRequest(w, f); err != "" {
-		d.killWorker(w, err)
-		return false
-	}
-	if w.slots.TryAcquire() == ipc.ErrChannelFull {
-		d.c.ipcOverloaded++
-		d.send(w, &proto.Frame{Id: f.GetId(), Body: &proto.Frame_Overloaded{Overloaded: &proto.Overloaded{}}}, -1)
-		return true
-	}
-	switch b := f.Body.(type) {
-	case *proto.Frame_Dial:
-		return d.dial(w, f.GetId(), b.Dial.GetUpstream(), now)
-	case *proto.Frame_RateCheck:
-		return d.rateCheck(w, f.GetId(), b.RateCheck, now)
-	case *proto.Frame_Sign:
-		d.sign(w, f.GetId(), b.Sign)
-	case *proto.Frame_BodyStart:
-		d.bodyStart(w, f.GetId(), b.BodyStart, now)
-	case *proto.Frame_BodyDone:
-		d.bodyDone(w, f.GetId(), b.BodyDone, now)
-	case *proto.Frame_StreamStart:
-		d.streamStart(w, f.GetId(), b.StreamStart, now)
-	case *proto.Frame_StatsRequest:
-		d.serveStats(w, f.GetId(), now)
-	}
-	return true
-}
-
-// validRequest checks a request before it may take a slot: a malformed one
-// kills the worker whether or not the channel is full. It returns the
-// violation, or "".
-func (d *dispatcher) validRequest(w *workerProc, f *proto.Frame) string {
-	switch b := f.Body.(type) {
-	case *proto.Frame_BodyStart, *proto.Frame_BodyDone:
-		return d.validBodyRequest(w, f)
-	case *proto.Frame_StreamStart:
-		return d.validStreamStart(w, b.StreamStart)
-	case *proto.Frame_Dial:
-		if d.upstreams[b.Dial.GetUpstream()] == nil {
-			return fmt.Sprintf("Dial for %q, which is no configured upstream", b.Dial.GetUpstream())
-		}
-	case *proto.Frame_Sign:
-		return d.validSign(w, b.Sign)
-	case *proto.Frame_RateCheck:
-		if c := d.conns.get(b.RateCheck.GetConnId()); c == nil || c.worker != w {
-			return fmt.Sprintf("RateCheck for connection %d it does not hold", b.RateCheck.GetConnId())
-		}
-		if d.cfg.RateLimitByName(b.RateCheck.GetClass()) == nil {
-			return fmt.Sprintf("RateCheck for unknown class %q", b.RateCheck.GetClass())
-		}
-	}
-	return ""
-}
-
-// rateCheck charges a request to a rate limit class. The client charged is
-// the one recorded for the connection, never an address the worker names;
-// behind a trusted proxy, the X-Forwarded-For values the worker relays are
-// walked here.
-func (d *dispatcher) rateCheck(w *workerProc, id uint64, m *proto.RateCheck, now time.Time) bool {
-	c := d.conns.get(m.GetConnId())
-	rl := d.cfg.RateLimitByName(m.GetClass())
-	key := c.client.key
-	if c.client.trusted && len(m.GetForwardedFor()) > 0 {
-		key = d.forwardedClient(m.GetForwardedFor(), key)
-	}
-	ok, wait := d.limiter.take(key, rl, now)
+// rateCheck charges a request on c to a rate limit class. The key charged is
+// one the dispatcher derived itself (rateKey), never one the worker names.
+func (d *dispatcher) rateCheck(w *workerProc, id uint64, c *conn, class string, now time.Time) {
+	rl := d.cfg.RateLimitByName(class)
+	ok, wait := d.limiter.take(d.rateKey(c), rl, now)
 	if !ok {
 		d.c.rateLimited++
 	}
 	w.slots.Release()
 	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_RateReply{RateReply: &proto.RateReply{Allowed: ok, RetryAfterMs: uint64(wait.Milliseconds())}}}, -1)
-	return true
+}
+
+// rateKey is the client key a request on c is charged to: the one recorded
+// for the connection or, behind a trusted proxy, the one derived from the
+// head the dispatcher saw for this dispatch (deriveRateKey).
+func (d *dispatcher) rateKey(c *conn) netip.Addr {
+	if k, ok := d.rateKeys[c.id]; ok {
+		return k
+	}
+	return c.client.key
+}
+
+// deriveRateKey records, for c from a trusted proxy about to be dispatched,
+// the client its head names in X-Forwarded-For, as rate limits charge it:
+// from the bytes the dispatcher saw itself (the head carried, or still in
+// the socket), so a worker cannot name a key. A TLS connection's head is
+// plaintext only the worker sees: its requests charge the proxy. Per
+// dispatch, the worker serves one request of such a connection (its next
+// head comes back carried), so each request is charged its own client.
+func (d *dispatcher) deriveRateKey(c *conn) {
+	if c.tls || len(d.cfg.RateLimits) == 0 {
+		return
+	}
+	head := c.carried
+	if len(head) == 0 {
+		n, err := peekInput(c.fd, d.peekBuf)
+		if err != nil || n <= 0 {
+			return
+		}
+		head = d.peekBuf[:n]
+	}
+	k := d.forwardedClient(forwardedFor(head), c.client.key)
+	if k == c.client.key {
+		return
+	}
+	if d.rateKeys == nil {
+		d.rateKeys = make(map[uint64]netip.Addr)
+	}
+	d.rateKeys[c.id] = k
+}
+
+// forwardedFor returns the values of the X-Forwarded-For fields of the
+// request head at the start of b, in order (an incomplete or malformed head
+// yields what its complete lines hold: the worker refuses such a request
+// before any rate check).
+func forwardedFor(b []byte) []string {
+	var vals []string
+	const name = "x-forwarded-for:"
+	for first := true; ; first = false {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return vals
+		}
+		line := bytes.TrimSuffix(b[:i], []byte{'\r'})
+		b = b[i+1:]
+		switch {
+		case first:
+			continue // the request line
+		case len(line) == 0:
+			return vals // the end of the head
+		case len(line) >= len(name) && bytes.EqualFold(line[:len(name)], []byte(name)):
+			vals = append(vals, string(bytes.TrimSpace(line[len(name):])))
+		}
+	}
 }
 
 // forwardedClient walks X-Forwarded-For from the right past trusted proxies

@@ -130,6 +130,11 @@ type broker struct {
 	// workers, which the descriptor reserve arithmetic adds to the clients'.
 	heldFDs int
 	limiter *limiter
+	// rateKeys holds, by connection id, the client key the dispatcher
+	// derived from X-Forwarded-For in the head of a trusted proxy's
+	// connection at a worker (rateKey), when it differs from the proxy's
+	// own.
+	rateKeys map[uint64]netip.Addr
 }
 
 func newDispatcher(s *Supervisor) (*dispatcher, error) {

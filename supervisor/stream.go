@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
@@ -17,7 +16,7 @@ import (
 // the worker is refused and answers 503 at once. The connection stays at its
 // worker throughout; only its accounting moves.
 //
-//	at_worker ──StreamStart ok──► stream (outside the pool) ──Done / close / death──► released
+// round.go draws the states and moves the counts.
 
 // streamBudget is the dispatcher's state for stream-class requests and
 // upgraded connections. Owned by the loop.
@@ -31,34 +30,13 @@ type streamBudget struct {
 	upgradesRefused uint64
 }
 
-// streamState is a connection's place in the stream budget. Zero: in the pool.
-type streamState struct {
-	outside bool // StreamStart granted: no pool slot held, the budget charged
-	upgrade bool
-}
-
-// validStreamStart checks a StreamStart before it takes a slot.
-func (d *dispatcher) validStreamStart(w *workerProc, m *proto.StreamStart) string {
-	c := d.conns.get(m.GetConnId())
-	switch {
-	case c == nil || c.worker != w || c.state != stateAtWorker:
-		return fmt.Sprintf("StreamStart for connection %d it does not hold", m.GetConnId())
-	case c.stream.outside:
-		return "StreamStart twice"
-	case c.bodyOutside:
-		return "StreamStart while its body is outside the pool"
-	}
-	return ""
-}
-
 // streamStart takes c out of the pool and charges the stream budget, or
 // refuses when the budget (global or the client's) has no room.
-func (d *dispatcher) streamStart(w *workerProc, id uint64, m *proto.StreamStart, now time.Time) {
+func (d *dispatcher) streamStart(w *workerProc, id uint64, c *conn, upgrade bool, now time.Time) {
 	w.slots.Release()
-	c := d.conns.get(m.GetConnId())
 	cl, s := c.client, d.cfg.Streams
 	if d.streamsOpen+d.upgradesOpen >= s.Max || !cl.trusted && cl.streams >= s.PerClient {
-		if m.GetUpgrade() {
+		if upgrade {
 			d.upgradesRefused++
 		} else {
 			d.streamsRefused++
@@ -67,39 +45,17 @@ func (d *dispatcher) streamStart(w *workerProc, id uint64, m *proto.StreamStart,
 		d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_StreamReply{StreamReply: &proto.StreamReply{}}}, -1)
 		return
 	}
-	c.stream = streamState{outside: true, upgrade: m.GetUpgrade()}
-	cl.streams++
-	if m.GetUpgrade() {
-		d.upgradesOpen++
+	if upgrade {
 		d.upgradesStarted++
 	} else {
-		d.streamsOpen++
 		d.streamsStarted++
 	}
 	// The slot goes back to the pool now, as for a finished round.
-	w.active--
-	cl.out--
-	d.out--
+	d.leaveRound(c, false)
+	c.upgrade = upgrade
+	d.enterRound(c, roundStream)
 	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_StreamReply{StreamReply: &proto.StreamReply{Ok: true}}}, -1)
 	d.pump(cl, now)
-}
-
-// releaseStream settles a connection that leaves its worker (Done, close,
-// worker death) while charged to the stream budget. It reports whether c was
-// outside the pool (and so held no slot).
-func (d *dispatcher) releaseStream(c *conn) bool {
-	if !c.stream.outside {
-		return false
-	}
-	if c.stream.upgrade {
-		d.upgradesOpen--
-	} else {
-		d.streamsOpen--
-	}
-	c.client.streams--
-	c.stream = streamState{}
-	c.worker = nil
-	return true
 }
 
 // streamSnapshot adds the stream budget's state to s.

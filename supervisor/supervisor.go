@@ -416,6 +416,10 @@ type stopMsg struct{}
 
 type snapshotReq struct{ reply chan Snapshot }
 
+// loopFunc runs on the loop between two of its steps: how tests inspect the
+// loop's state (its invariants) without a lock.
+type loopFunc func(*dispatcher)
+
 // Drain stops accepting, lets the workers finish their rounds (within
 // shutdown_grace) and makes Run return: the admin socket's drain.
 func (s *Supervisor) Drain() { s.post(stopMsg{}) }

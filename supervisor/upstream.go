@@ -289,15 +289,12 @@ func (d *dispatcher) addrResult(u *upstreamState, a *addrState, err error, now t
 	}
 }
 
-// releaseUpstream handles an UpstreamRelease: the supervisor's copy is shut down
-// and closed before the connection counts as free.
-func (d *dispatcher) releaseUpstream(w *workerProc, rel *proto.UpstreamRelease, now time.Time) bool {
+// releaseUpstream handles an UpstreamRelease of a connection w holds (the
+// frame table checked): the supervisor's copy is shut down and closed before
+// the connection counts as free.
+func (d *dispatcher) releaseUpstream(w *workerProc, rel *proto.UpstreamRelease, now time.Time) {
 	name := rel.GetUpstream()
-	hc, ok := w.upConns[rel.GetConn()]
-	if !ok || hc.upstream != name {
-		d.killWorker(w, fmt.Sprintf("releases an upstream connection to %q it does not hold", name))
-		return false
-	}
+	hc := w.upConns[rel.GetConn()]
 	delete(w.upConns, rel.GetConn())
 	shutClose(hc.fd)
 	d.heldFDs--
@@ -306,7 +303,6 @@ func (d *dispatcher) releaseUpstream(w *workerProc, rel *proto.UpstreamRelease, 
 		u.held--
 		d.upstreamFreed(u, now)
 	}
-	return true
 }
 
 // shutClose shuts a socket down for every descriptor of it, then closes ours.
@@ -367,17 +363,13 @@ func (d *dispatcher) reclaimFor(u *upstreamState, requester *workerProc) bool {
 	return pending
 }
 
-// reclaimed handles a worker's answer to Reclaim; its releases came first.
-func (d *dispatcher) reclaimed(w *workerProc, name string, now time.Time) bool {
-	if !w.reclaiming[name] {
-		d.killWorker(w, fmt.Sprintf("Reclaimed %q without a Reclaim", name))
-		return false
-	}
+// reclaimed handles a worker's answer to a Reclaim it was sent (the frame
+// table checked); its releases came first.
+func (d *dispatcher) reclaimed(w *workerProc, name string, now time.Time) {
 	delete(w.reclaiming, name)
 	if u := d.upstreams[name]; u != nil {
 		d.upstreamFreed(u, now)
 	}
-	return true
 }
 
 // upstreamFreed serves u's waiting dials in order once the budget allows,

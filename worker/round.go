@@ -248,6 +248,7 @@ type clientConn interface {
 // supervisor should do with the connection.
 func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 	held := 0 // rounds served in a row from input already held
+	oneRequest := cs.keyedPerRequest()
 	for round := 1; ; round++ {
 		if cs.tls && !cs.tlsHeadReady() {
 			// Nothing at all after a handshake: the first request
@@ -280,6 +281,12 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
 		held++
+		if oneRequest {
+			// The next head goes to the supervisor, which derives its
+			// client key (keyedPerRequest).
+			cs.handback = proto.Handback_ROUNDS
+			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
+		}
 		cs.tlsPull()
 		cs.skipEmptyLines()
 		if cs.pending() == 0 {
@@ -313,6 +320,15 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
 	}
+}
+
+// keyedPerRequest reports whether the dispatch serves one request: the rate
+// limiter charges a trusted proxy's requests to the client X-Forwarded-For
+// names, which the supervisor derives from the head it sees at each
+// dispatch (docs/DESIGN.md §4.3), so a plain connection from a trusted proxy
+// goes back after each request while rate limits are configured.
+func (cs *connServer) keyedPerRequest() bool {
+	return !cs.tls && len(cs.w.cfg.RateLimits) > 0 && cs.w.trustedPeer(cs.d.GetPeer())
 }
 
 // round reads one request head, runs its handler and frames its response. It

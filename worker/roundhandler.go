@@ -79,10 +79,8 @@ func (cs *connServer) allowed(ctx context.Context, rw *response, req *http.Reque
 	if rl == nil {
 		return true
 	}
+	// The supervisor charges a key it derived itself (docs/DESIGN.md §4.3).
 	m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: rl.Name}
-	if cs.w.trustedPeer(cs.d.GetPeer()) {
-		m.ForwardedFor = req.Header.Values("X-Forwarded-For")
-	}
 	r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
 	switch {
 	case err != nil:

@@ -302,7 +302,7 @@ func TestHostileWorkerRequestsAreKilled(t *testing.T) {
 		"release-unheld":       `releases an upstream connection to "app" it does not hold`,
 		"reclaimed-unasked":    `Reclaimed "app" without a Reclaim`,
 		"ratecheck-foreign":    "RateCheck for connection 424242 it does not hold",
-		"request-before-ready": "request before Ready",
+		"request-before-ready": "Dial while starting",
 	}
 	for _, mode := range []string{"request-descriptor", "unknown-upstream", "release-unheld", "reclaimed-unasked", "ratecheck-foreign", "request-before-ready"} {
 		t.Run(mode, func(t *testing.T) {

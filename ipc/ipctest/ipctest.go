@@ -105,6 +105,17 @@ func (w *Worker) Next(timeout time.Duration) (Frame, error) {
 	}
 }
 
+// TryNext returns the next frame other than a Ping if one is there, without
+// waiting.
+func (w *Worker) TryNext() (Frame, bool) {
+	select {
+	case f := <-w.frames:
+		return f, true
+	default:
+		return Frame{FD: -1}, false
+	}
+}
+
 // Send writes a frame, with fd attached when fd >= 0.
 func (w *Worker) Send(f *proto.Frame, fd int) error { return w.s.Send(f, fd) }
 

@@ -1,0 +1,110 @@
+package supervisor
+
+import "github.com/gatehouse-dev/gatehouse/proto"
+
+// roundState is how a connection out at its worker (state at_worker) is
+// accounted while the worker serves it. setRound alone moves it, and keeps
+// the pool's counts, the body and stream budgets, the body lists and the
+// worker's in-flight slot in step (checked after every step by the tests'
+// invariants, invariants_test.go):
+//
+//	dispatch ──► pool ──BodyStart ok──► body ──BodyDone──► bodyWait ──slot──► pool
+//	              │                                           │
+//	              │                                           └──no_worker_timeout──► spent
+//	              └──StreamStart ok──► stream
+//
+//	any ──Done / close / worker death──► released (leaveRound)
+//
+// Which frames each state admits is in the frame table (frametable.go).
+type roundState uint8
+
+const (
+	// roundPool holds a pool slot: w.active, its client's out and d.out.
+	roundPool roundState = iota
+	// roundBody holds the body budget (conn.body.charged), no pool slot.
+	roundBody
+	// roundBodyWait: the body is complete; the connection waits on
+	// bodyWaiting and bodyWaitTimers for a pool slot, and its BodyDone
+	// (conn.body.resume) holds one of the worker's in-flight slots until
+	// its reply.
+	roundBodyWait
+	// roundSpent holds nothing: the slot was refused after the body; the
+	// worker answers 503 and returns the connection.
+	roundSpent
+	// roundStream holds the stream budget (conn.upgrade says which count),
+	// no pool slot.
+	roundStream
+	roundStates
+)
+
+var roundNames = [roundStates]string{"pool", "body", "body_wait", "spent", "stream"}
+
+func (r roundState) String() string { return roundNames[r] }
+
+// setRound moves c, at its worker, from its round state to r: what the old
+// state held is given back (a waiting BodyDone is answered: granted when r
+// is pool, refused otherwise), then what r holds is charged. The caller
+// sets what r is charged from first: body.charged for body, body.resume
+// and deadline for bodyWait, upgrade for stream.
+func (d *dispatcher) setRound(c *conn, r roundState) {
+	d.leaveRound(c, r == roundPool)
+	d.enterRound(c, r)
+}
+
+// enterRound charges what round state r holds to c, which holds nothing.
+func (d *dispatcher) enterRound(c *conn, r roundState) {
+	c.round = r
+	cl := c.client
+	switch r {
+	case roundPool:
+		c.worker.active++
+		cl.out++
+		d.out++
+	case roundBody:
+		d.bodyBytes += c.body.charged
+		d.bodyConns++
+		cl.bodyBytes += c.body.charged
+		cl.bodyConns++
+	case roundBodyWait:
+		d.bodyWaiting.push(c)
+		d.bodyWaitTimers.push(c)
+	case roundStream:
+		cl.streams++
+		if c.upgrade {
+			d.upgradesOpen++
+		} else {
+			d.streamsOpen++
+		}
+	}
+}
+
+// leaveRound gives back what c's round state holds; a waiting BodyDone is
+// answered, its in-flight slot released first. c then holds nothing.
+func (d *dispatcher) leaveRound(c *conn, granted bool) {
+	cl := c.client
+	switch c.round {
+	case roundPool:
+		c.worker.active--
+		cl.out--
+		d.out--
+	case roundBody:
+		d.bodyBytes -= c.body.charged
+		d.bodyConns--
+		cl.bodyBytes -= c.body.charged
+		cl.bodyConns--
+	case roundBodyWait:
+		d.bodyWaiting.remove(c)
+		d.bodyWaitTimers.remove(c)
+		w := c.worker
+		w.slots.Release()
+		d.send(w, &proto.Frame{Id: c.body.resume, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: granted}}}, -1)
+	case roundStream:
+		cl.streams--
+		if c.upgrade {
+			d.upgradesOpen--
+		} else {
+			d.streamsOpen--
+		}
+	}
+	c.body, c.upgrade, c.round = bodyState{}, false, roundSpent
+}
