@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"golang.org/x/sys/unix"
 )
 
 // Requests from workers (docs/DESIGN.md §4.2). Every request takes a slot of the
@@ -54,7 +55,7 @@ func (d *dispatcher) deriveRateKey(c *conn) {
 	}
 	head := c.carried
 	if len(head) == 0 {
-		n, err := peekInput(c.fd, d.peekBuf)
+		n, err := recvInput(c.fd, d.peekBuf, unix.MSG_PEEK)
 		if err != nil || n <= 0 {
 			return
 		}
