@@ -142,3 +142,12 @@ func (cs *connServer) tlsHotWait() hotResult {
 		}
 	}
 }
+
+// keyedPerRequest reports whether the dispatch serves one request: the rate
+// limiter charges a trusted proxy's requests to the client X-Forwarded-For
+// names, which the supervisor derives from the head it sees at each
+// dispatch (docs/DESIGN.md §4.3), so a plain connection from a trusted proxy
+// goes back after each request while rate limits are configured.
+func (cs *connServer) keyedPerRequest() bool {
+	return !cs.tls && len(cs.w.cfg.RateLimits) > 0 && cs.w.trustedPeer(cs.d.GetPeer())
+}

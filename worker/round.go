@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -322,15 +321,6 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 	}
 }
 
-// keyedPerRequest reports whether the dispatch serves one request: the rate
-// limiter charges a trusted proxy's requests to the client X-Forwarded-For
-// names, which the supervisor derives from the head it sees at each
-// dispatch (docs/DESIGN.md §4.3), so a plain connection from a trusted proxy
-// goes back after each request while rate limits are configured.
-func (cs *connServer) keyedPerRequest() bool {
-	return !cs.tls && len(cs.w.cfg.RateLimits) > 0 && cs.w.trustedPeer(cs.d.GetPeer())
-}
-
 // round reads one request head, runs its handler and frames its response. It
 // reports whether the connection stays open, and if not, how to close it.
 func (cs *connServer) round() (keep bool, disp proto.Disposition) {
@@ -495,25 +485,4 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		return false, proto.Disposition_LINGER
 	}
 	return true, proto.Disposition_KEEP_ALIVE
-}
-
-// headError answers a head that could not be read, or closes quietly.
-func (cs *connServer) headError(err error) proto.Disposition {
-	var he *httphead.Error
-	var ne net.Error
-	switch {
-	case errors.Is(err, io.EOF):
-		cs.outcome = proto.Outcome_PEER_CLOSED
-		return proto.Disposition_CLOSE
-	case errors.As(err, &he):
-		cs.outcome = proto.Outcome_BAD_REQUEST
-		cs.writeError(he.Status, string(he.Code), nil, nil)
-		return proto.Disposition_LINGER
-	case errors.As(err, &ne) && ne.Timeout():
-		cs.outcome = proto.Outcome_TIMEOUT
-		cs.writeError(http.StatusRequestTimeout, "request head not received in time", nil, nil)
-		return proto.Disposition_LINGER
-	}
-	cs.outcome = proto.Outcome_PEER_RESET
-	return proto.Disposition_CLOSE
 }
