@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -97,11 +98,14 @@ func parseListenFDs(pid int, listenPID, listenFDs, listenFDNames string) ([]Acti
 // configured address is the socket's bound address. The result is
 // Options.Inherited. A socket that matches no listener, or a listener matched
 // twice, is an error (ErrActivation); on error every descriptor in socks is
-// closed, otherwise the caller (then New) owns them.
-func MatchInherited(cfg *config.Config, socks []ActivatedSocket) (map[string]int, error) {
+// closed, otherwise the caller (then New) owns them. A socket matched by name
+// whose bound address differs from its listener's configured one is served,
+// as systemd bound it, with a warning on log: the operator's two files
+// disagree.
+func MatchInherited(cfg *config.Config, socks []ActivatedSocket, log hclog.Logger) (map[string]int, error) {
 	out := make(map[string]int, len(socks))
 	for _, s := range socks {
-		name, err := matchSocket(cfg, s)
+		name, err := matchSocket(cfg, s, log)
 		if err == nil {
 			if _, dup := out[name]; dup {
 				err = fmt.Errorf("%w: descriptor %d is a second socket for listener %q", ErrActivation, s.FD, name)
@@ -118,17 +122,21 @@ func MatchInherited(cfg *config.Config, socks []ActivatedSocket) (map[string]int
 	return out, nil
 }
 
-func matchSocket(cfg *config.Config, s ActivatedSocket) (string, error) {
-	for _, l := range cfg.Listeners {
-		if s.Name != "" && l.Name == s.Name {
-			return l.Name, nil
-		}
-	}
+func matchSocket(cfg *config.Config, s ActivatedSocket, log hclog.Logger) (string, error) {
 	sa, err := unix.Getsockname(s.FD)
 	if err != nil {
 		return "", fmt.Errorf("%w: descriptor %d (name %q): %w", ErrActivation, s.FD, s.Name, os.NewSyscallError("getsockname", err))
 	}
 	bound := sockaddrAddrPort(sa)
+	for _, l := range cfg.Listeners {
+		if s.Name != "" && l.Name == s.Name {
+			if !sameAddrPort(l.Address, bound) {
+				log.Warn("socket activation: the passed socket is bound elsewhere than its listener's configured address; serving on the passed socket",
+					"listener", l.Name, "bound", bound.String(), "configured", l.Address.String())
+			}
+			return l.Name, nil
+		}
+	}
 	if bound.IsValid() {
 		for _, l := range cfg.Listeners {
 			if sameAddrPort(l.Address, bound) {

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,9 +90,24 @@ func TestMatchInherited(t *testing.T) {
 		fd, _ := tcpSocket(t, true)
 		defer unix.Close(fd)
 		cfg := testConfig(config.Listener{Name: "http", Address: netip.MustParseAddrPort("127.0.0.1:1")})
-		got, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd, Name: "http"}})
+		var log bytes.Buffer
+		got, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd, Name: "http"}}, hclog.New(&hclog.LoggerOptions{Output: &log}))
 		if err != nil || got["http"] != fd {
 			t.Fatalf("got %v, %v", got, err)
+		}
+		// Bound elsewhere than configured: served, and the operator told.
+		if !strings.Contains(log.String(), "[WARN]") || !strings.Contains(log.String(), "configured=127.0.0.1:1") {
+			t.Errorf("no warning for the address mismatch: %q", log.String())
+		}
+	})
+	t.Run("by name, same address", func(t *testing.T) {
+		fd, addr := tcpSocket(t, true)
+		defer unix.Close(fd)
+		cfg := testConfig(config.Listener{Name: "http", Address: addr})
+		var log bytes.Buffer
+		got, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd, Name: "http"}}, hclog.New(&hclog.LoggerOptions{Output: &log}))
+		if err != nil || got["http"] != fd || log.Len() != 0 {
+			t.Fatalf("got %v, %v, log %q", got, err, log.String())
 		}
 	})
 	t.Run("by address", func(t *testing.T) {
@@ -102,7 +119,7 @@ func TestMatchInherited(t *testing.T) {
 		)
 		// systemd names an unnamed socket after its unit: no listener has
 		// that name, so the address decides.
-		got, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd, Name: "gatehouse.socket"}})
+		got, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd, Name: "gatehouse.socket"}}, hclog.NewNullLogger())
 		if err != nil || got["web"] != fd || len(got) != 1 {
 			t.Fatalf("got %v, %v", got, err)
 		}
@@ -111,7 +128,7 @@ func TestMatchInherited(t *testing.T) {
 		fd1, _ := tcpSocket(t, true)
 		fd2, _ := tcpSocket(t, true)
 		cfg := testConfig(config.Listener{Name: "http", Address: netip.MustParseAddrPort("127.0.0.1:1")})
-		_, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd1, Name: "http"}, {FD: fd2, Name: "admin"}})
+		_, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd1, Name: "http"}, {FD: fd2, Name: "admin"}}, hclog.NewNullLogger())
 		if !errors.Is(err, ErrActivation) || !strings.Contains(err.Error(), `"admin"`) {
 			t.Fatalf("error %v, want ErrActivation naming the socket", err)
 		}
@@ -123,7 +140,7 @@ func TestMatchInherited(t *testing.T) {
 		fd1, _ := tcpSocket(t, true)
 		fd2, _ := tcpSocket(t, true)
 		cfg := testConfig(config.Listener{Name: "http", Address: netip.MustParseAddrPort("127.0.0.1:1")})
-		_, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd1, Name: "http"}, {FD: fd2, Name: "http"}})
+		_, err := MatchInherited(cfg, []ActivatedSocket{{FD: fd1, Name: "http"}, {FD: fd2, Name: "http"}}, hclog.NewNullLogger())
 		if !errors.Is(err, ErrActivation) || !strings.Contains(err.Error(), "second socket") {
 			t.Fatalf("error %v", err)
 		}

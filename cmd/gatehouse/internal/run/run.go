@@ -125,7 +125,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *supervisor.Lo
 	if err != nil {
 		return fail(ExitBind, err)
 	}
-	inherited, err := supervisor.MatchInherited(cfg, socks)
+	inherited, err := supervisor.MatchInherited(cfg, socks, log)
 	if err != nil {
 		return fail(ExitBind, err)
 	}
