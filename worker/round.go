@@ -124,9 +124,13 @@ func (w *Worker) serve(st *serverState, j job) {
 		full, state := cs.in.full, cs.state
 		cs.release()
 		switch {
-		case tc != nil && disp == proto.Disposition_KEEP_ALIVE && !outside:
+		case tc != nil && disp == proto.Disposition_KEEP_ALIVE:
 			// The TLS state stays here; the plaintext read ahead (part
 			// of a head, or requests past the rounds bound) with it.
+			// After a stream-class round too (outside the pool): the
+			// state cannot go back to the supervisor as a plain
+			// connection's input does, so closing it here would end a
+			// connection the client keeps alive.
 			pending = headend.Decided(carried)
 			kept = w.keep(d.GetConnId(), &keptConn{nc: tnc, tc: tc, fd: fd, plain: carried, full: full, state: state})
 			carried = nil
@@ -277,6 +281,11 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 			// Out of the pool: the supervisor releases the stream budget
 			// and serves any further request under the pool again.
 			cs.handback = proto.Handback_STREAM
+			// A TLS connection's next head may be decrypted already,
+			// inside crypto/tls: pulled into the held input, it is
+			// dispatched again at once (Done's pending), not left
+			// waiting for the socket.
+			cs.tlsPull()
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
 		held++

@@ -409,13 +409,6 @@ func (s *matrixSite) cell(t *testing.T, l matrixListener, hd matrixHandler, m ma
 	if m.keep {
 		ids = append(ids, t.Name()+"#2")
 	}
-	// Known bug, left open: a TLS connection is not kept alive after a
-	// stream-class response (the worker closes it where a plain one is
-	// kept). Those cells check the one response they get.
-	keep := m.keep && !(l.tls && hd.name == "stream")
-	if !keep {
-		ids = ids[:1]
-	}
 	var out strings.Builder
 	for _, id := range ids {
 		out.WriteString(m.request(path, id))
@@ -428,7 +421,7 @@ func (s *matrixSite) cell(t *testing.T, l matrixListener, hd matrixHandler, m ma
 			t.Fatalf("request %s: %v", id, err)
 		}
 	}
-	if !keep {
+	if !m.keep {
 		if err := expectEOFFrom(br); err != nil {
 			t.Fatalf("after the response: %v", err)
 		}
