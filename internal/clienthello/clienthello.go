@@ -304,11 +304,12 @@ func (publicOnly) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error) {
 // Pick returns the index of the certificate a handshake presents among a
 // listener's certs, its default first: the first that covers the client's
 // server name and suits its algorithms, else the default (also without a
-// server name, or without a ClientHello Parse read: h nil). Each of certs
+// server name, or without a ClientHello Parse read: h nil; and the only
+// one, which needs no look at the ClientHello). Each of certs
 // is made by Certificate: its key is no crypto.Decrypter, so, as on the
 // worker, it is offered no static RSA key exchange.
 func Pick(h *Hello, certs []*tls.Certificate) int {
-	if h == nil || h.ServerName == "" {
+	if h == nil || h.ServerName == "" || len(certs) == 1 {
 		return 0
 	}
 	chi := h.info()

@@ -266,3 +266,15 @@ func TestPick(t *testing.T) {
 		t.Error("without a ClientHello: not the default")
 	}
 }
+
+// The supervisor parses and picks on its loop, once per new TLS
+// connection.
+func BenchmarkParsePick(b *testing.B) {
+	rec := clientHello(b, &tls.Config{ServerName: "rsa.test", InsecureSkipVerify: true})
+	list := testCerts(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		h, _ := Parse(rec)
+		Pick(h, list)
+	}
+}
