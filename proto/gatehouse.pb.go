@@ -1907,8 +1907,13 @@ type Dispatch struct {
 	AcceptedUnixNano int64 `protobuf:"varint,8,opt,name=accepted_unix_nano,json=acceptedUnixNano,proto3" json:"accepted_unix_nano,omitempty"`
 	// tls: the connection is on a TLS listener; the worker runs the
 	// handshake with that listener's certificates (listener_name).
-	Tls           bool   `protobuf:"varint,9,opt,name=tls,proto3" json:"tls,omitempty"`
-	ListenerName  string `protobuf:"bytes,10,opt,name=listener_name,json=listenerName,proto3" json:"listener_name,omitempty"`
+	Tls          bool   `protobuf:"varint,9,opt,name=tls,proto3" json:"tls,omitempty"`
+	ListenerName string `protobuf:"bytes,10,opt,name=listener_name,json=listenerName,proto3" json:"listener_name,omitempty"`
+	// certificate (with tls, on the connection's first dispatch): the index,
+	// among listener_name's certificates in Hello's order, of the one the
+	// handshake presents (0: the default). The supervisor chose it from the
+	// ClientHello it peeked, and signs for this connection with its key only.
+	Certificate   uint32 `protobuf:"varint,11,opt,name=certificate,proto3" json:"certificate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2011,6 +2016,13 @@ func (x *Dispatch) GetListenerName() string {
 		return x.ListenerName
 	}
 	return ""
+}
+
+func (x *Dispatch) GetCertificate() uint32 {
+	if x != nil {
+		return x.Certificate
+	}
+	return 0
 }
 
 // Done returns a connection to the supervisor.
@@ -2369,15 +2381,21 @@ func (x *TLSCertificate) GetKeyId() uint32 {
 }
 
 // Sign asks the supervisor to sign a TLS handshake's digest with the private
-// key key_id. hash is the Go crypto.Hash of the digest (SHA-256, SHA-384 or
-// SHA-512) and digest must be exactly its size; pss selects RSASSA-PSS
-// (salt length equal to the hash) for an RSA key.
+// key key_id, for the handshake of connection conn_id. It is admitted once
+// per handshake: for a TLS connection the worker holds on its first
+// dispatch, before its Done, and only with the key of the certificate the
+// supervisor chose for it (Dispatch.certificate). hash is the Go crypto.Hash
+// of the digest (SHA-256, SHA-384 or SHA-512) and digest must be exactly its
+// size; pss selects RSASSA-PSS (salt length equal to the hash) for an RSA
+// key. The pair must name a signature scheme the ClientHello offered for the
+// key's type.
 type Sign struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	KeyId         uint32                 `protobuf:"varint,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
 	Hash          uint32                 `protobuf:"varint,2,opt,name=hash,proto3" json:"hash,omitempty"`
 	Digest        []byte                 `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
 	Pss           bool                   `protobuf:"varint,4,opt,name=pss,proto3" json:"pss,omitempty"`
+	ConnId        uint64                 `protobuf:"varint,5,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2438,6 +2456,13 @@ func (x *Sign) GetPss() bool {
 		return x.Pss
 	}
 	return false
+}
+
+func (x *Sign) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
 }
 
 // SignReply carries the signature, or error when signing failed.
@@ -2698,7 +2723,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x05Ready\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\rR\x03pid\x122\n" +
 	"\x06layers\x18\x02 \x03(\v2\x1a.gatehouse.v1.SandboxLayerR\x06layers\x12\x18\n" +
-	"\athreads\x18\x03 \x01(\rR\athreads\"\xa4\x02\n" +
+	"\athreads\x18\x03 \x01(\rR\athreads\"\xc6\x02\n" +
 	"\bDispatch\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x15\n" +
 	"\x06has_fd\x18\x02 \x01(\bR\x05hasFd\x12\x1a\n" +
@@ -2711,7 +2736,8 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x12accepted_unix_nano\x18\b \x01(\x03R\x10acceptedUnixNano\x12\x10\n" +
 	"\x03tls\x18\t \x01(\bR\x03tls\x12#\n" +
 	"\rlistener_name\x18\n" +
-	" \x01(\tR\flistenerName\"\xa0\x03\n" +
+	" \x01(\tR\flistenerName\x12 \n" +
+	"\vcertificate\x18\v \x01(\rR\vcertificate\"\xa0\x03\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +
@@ -2736,12 +2762,13 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\blistener\x18\x01 \x01(\tR\blistener\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05chain\x18\x03 \x03(\fR\x05chain\x12\x15\n" +
-	"\x06key_id\x18\x04 \x01(\rR\x05keyId\"[\n" +
+	"\x06key_id\x18\x04 \x01(\rR\x05keyId\"t\n" +
 	"\x04Sign\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\rR\x05keyId\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\rR\x04hash\x12\x16\n" +
 	"\x06digest\x18\x03 \x01(\fR\x06digest\x12\x10\n" +
-	"\x03pss\x18\x04 \x01(\bR\x03pss\"?\n" +
+	"\x03pss\x18\x04 \x01(\bR\x03pss\x12\x17\n" +
+	"\aconn_id\x18\x05 \x01(\x04R\x06connId\"?\n" +
 	"\tSignReply\x12\x1c\n" +
 	"\tsignature\x18\x01 \x01(\fR\tsignature\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\" \n" +

@@ -87,6 +87,11 @@ type conn struct {
 	tlist   listID
 	qlist   listID
 	ilist   listID
+	// signs is what the handshake of a TLS connection on its first
+	// dispatch may still sign with, signKey the key of its certificate
+	// (tls.go; zero otherwise).
+	signs   signSet
+	signKey uint16
 }
 
 // peerAddr is a connection's peer address and port: 20 bytes where a

@@ -48,6 +48,7 @@ type counters struct {
 	tlsPlainHTTP     uint64
 	tlsNotTLS        uint64
 	tlsSigns         uint64
+	tlsHandshakes    uint64
 	tlsSignErrors    uint64
 	tlsAffinity      uint64
 	affinity         uint64    // plain connections dispatched without a descriptor
@@ -256,6 +257,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			"tls_plain_http":     d.c.tlsPlainHTTP,
 			"tls_not_tls":        d.c.tlsNotTLS,
 			"tls_signs":          d.c.tlsSigns,
+			"tls_handshakes":     d.c.tlsHandshakes,
 			"tls_sign_errors":    d.c.tlsSignErrors,
 			"tls_affinity":       d.c.tlsAffinity,
 			"affinity":           d.c.affinity,

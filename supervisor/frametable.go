@@ -289,12 +289,12 @@ var frameTable = [frameKinds]frameRule{
 		name:    "Sign",
 		request: true,
 		workers: live,
-		repeat:  "any",
-		check: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn) string {
-			return d.validSign(w, f.GetSign())
-		},
-		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn, now time.Time) bool {
-			d.sign(w, f.GetId(), f.GetSign())
+		connID:  func(f *proto.Frame) uint64 { return f.GetSign().GetConnId() },
+		rounds:  roundsIn(roundPool),
+		repeat:  "once per handshake",
+		check:   checkSign,
+		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, c *conn, now time.Time) bool {
+			d.sign(w, f.GetId(), c, f.GetSign())
 			return true
 		},
 	},

@@ -356,7 +356,9 @@ func (r *hostileRun) hostileFrame(kind frameKind) (*proto.Frame, bool) {
 	case frameStreamStart:
 		f.Body = &proto.Frame_StreamStart{StreamStart: &proto.StreamStart{ConnId: conn, Upgrade: a&1 != 0}}
 	case frameSign:
-		f.Body = &proto.Frame_Sign{Sign: &proto.Sign{KeyId: uint32(a), Hash: uint32(b), Digest: make([]byte, c%80)}}
+		// No listener here is TLS: every Sign is for a connection in no
+		// handshake, or none the worker holds.
+		f.Body = &proto.Frame_Sign{Sign: &proto.Sign{ConnId: conn, KeyId: uint32(a), Hash: uint32(b), Digest: make([]byte, c%80)}}
 	}
 	return f, fd
 }

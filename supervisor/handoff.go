@@ -95,6 +95,9 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	// By name, which reloads keep: the worker applies that listener's
 	// certificates, hsts and https_redirect.
 	m.ListenerName = d.listenerName(uint64(c.listener))
+	if c.tls && c.kept == nil {
+		d.openHandshake(w, c, m)
+	}
 	if c.client.trusted {
 		d.deriveRateKey(c)
 	}
@@ -122,6 +125,7 @@ func (d *dispatcher) release(c *conn) {
 	}
 	d.leaveRound(c, false)
 	c.worker = nil
+	c.signs = 0
 	if len(d.rateKeys) > 0 {
 		delete(d.rateKeys, c.id)
 	}

@@ -1,12 +1,9 @@
 package supervisor
 
 import (
-	"crypto"
-	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 )
 
@@ -271,9 +268,8 @@ func (d *dispatcher) invariants() error {
 			}
 		}
 		if w.ch != nil && w.slots != nil {
-			signs := w.keys != nil && slices.ContainsFunc(w.keys.keys, func(k crypto.Signer) bool { _, ok := k.(*rsa.PrivateKey); return ok })
-			if n := w.slots.InUse(); n < waits || !signs && n != waits || n > w.slots.Cap() {
-				bad("%s: %d in-flight slots taken, %d requests wait for a reply, cap %d", who, n, waits, w.slots.Cap())
+			if n := w.slots.InUse(); n != waits+w.signing || n > w.slots.Cap() {
+				bad("%s: %d in-flight slots taken, %d requests wait for a reply, %d signatures in the pool, cap %d", who, n, waits, w.signing, w.slots.Cap())
 			}
 		}
 	}

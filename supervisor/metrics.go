@@ -74,6 +74,7 @@ var counterMetrics = map[string]struct {
 	"tls_plain_http":  {"tls_refused_total", "Connections to a TLS listener closed before any worker saw them, by reason.", "reason", "plain_http"},
 	"tls_not_tls":     {"tls_refused_total", "Connections to a TLS listener closed before any worker saw them, by reason.", "reason", "not_tls"},
 	"tls_signs":       {"tls_signatures_total", "TLS handshake signatures made by the supervisor for workers.", "", ""},
+	"tls_handshakes":  {"tls_handshakes_total", "New TLS connections dispatched to a worker for their handshake: each may have one signature (tls_signatures_total), none when the session resumes.", "", ""},
 	"tls_sign_errors": {"tls_signature_errors_total", "TLS handshake signatures that failed.", "", ""},
 	"tls_affinity":    {"tls_affinity_dispatches_total", "Kept-alive TLS connections dispatched to the worker holding their TLS state, without a descriptor.", "", ""},
 	"affinity":        {"affinity_dispatches_total", "Kept-alive plain connections dispatched to the worker keeping their descriptor, without one.", "", ""},

@@ -53,6 +53,7 @@ type dispatcher struct {
 type frameBufs struct {
 	sendBuf     []byte              // an encoded frame, until it is sent or queued
 	dispatchMsg proto.Dispatch      // the next Dispatch, refilled per hand-off
+	signPool    signPool            // signatures off the loop (tls.go)
 	dispatchEnc ipc.DispatchEncoder // encodes it with the peer and client key
 	// recvFrame is decoded into and reused while the worker sends Done
 	// frames; any other frame may be kept by its handler, so a new one

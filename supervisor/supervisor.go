@@ -291,6 +291,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	trim, stopTrim := context.WithCancel(context.Background())
 	go memtrim.Run(trim, memtrim.Default, nil)
 	err = d.run()
+	d.stopSignPool()
 	stopTrim()
 	if s.spawner != nil {
 		s.spawner.Close() // every worker has been reaped, or is killed now

@@ -6,8 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -37,6 +35,14 @@ func writeKeyPair(t *testing.T, dir, name string, rsaKey bool) crypto.Signer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeCertificate(t, dir, name, key)
+	return key
+}
+
+// writeCertificate writes a self-signed certificate for name with key, and
+// the key, under dir.
+func writeCertificate(t *testing.T, dir, name string, key crypto.Signer) {
+	t.Helper()
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
@@ -46,118 +52,6 @@ func writeKeyPair(t *testing.T, dir, name string, rsaKey bool) crypto.Signer {
 	p8, _ := x509.MarshalPKCS8PrivateKey(key)
 	os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), 0o600)
-	return key
-}
-
-// tlsLoop is a loop with a TLS listener holding an ECDSA key (id 0) and an
-// RSA key (id 1).
-func tlsLoop(t *testing.T) (*loopHarness, crypto.Signer, crypto.Signer) {
-	dir := t.TempDir()
-	ec := writeKeyPair(t, dir, "ec.test", false)
-	rs := writeKeyPair(t, dir, "rsa.test", true)
-	h := startLoop(t, baseConfig(1, 4, fmt.Sprintf(`
-listener "https" {
-  address = "127.0.0.1:0"
-  tls {
-    certificate "ec" {
-      cert = %[1]q
-      key  = %[2]q
-    }
-    certificate "rsa" {
-      cert = %[3]q
-      key  = %[4]q
-    }
-  }
-}
-`, filepath.Join(dir, "ec.test.pem"), filepath.Join(dir, "ec.test.key"), filepath.Join(dir, "rsa.test.pem"), filepath.Join(dir, "rsa.test.key"))))
-	return h, ec, rs
-}
-
-// The supervisor signs with the key a Sign names, ECDSA and RSA (PKCS #1
-// v1.5 and PSS), and the signatures verify with the certificates' keys.
-func TestSign(t *testing.T) {
-	h, ec, rs := tlsLoop(t)
-	p := h.workers[0]
-	d256 := sha256.Sum256([]byte("handshake"))
-	d384 := sha512.Sum384([]byte("handshake"))
-	for i, tc := range []struct {
-		sign   *proto.Sign
-		verify func(sig []byte) error
-	}{
-		{&proto.Sign{KeyId: 0, Hash: uint32(crypto.SHA256), Digest: d256[:]}, func(sig []byte) error {
-			if !ecdsa.VerifyASN1(ec.Public().(*ecdsa.PublicKey), d256[:], sig) {
-				return fmt.Errorf("ECDSA signature does not verify")
-			}
-			return nil
-		}},
-		{&proto.Sign{KeyId: 1, Hash: uint32(crypto.SHA256), Digest: d256[:]}, func(sig []byte) error {
-			return rsa.VerifyPKCS1v15(rs.Public().(*rsa.PublicKey), crypto.SHA256, d256[:], sig)
-		}},
-		{&proto.Sign{KeyId: 1, Hash: uint32(crypto.SHA384), Digest: d384[:], Pss: true}, func(sig []byte) error {
-			return rsa.VerifyPSS(rs.Public().(*rsa.PublicKey), crypto.SHA384, d384[:], sig, &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash})
-		}},
-	} {
-		id := uint64(100 + i)
-		if err := p.Send(&proto.Frame{Id: id, Body: &proto.Frame_Sign{Sign: tc.sign}}, -1); err != nil {
-			t.Fatal(err)
-		}
-		f := h.next(p)
-		rep := f.GetSignReply()
-		if f.GetId() != id || rep == nil || rep.GetError() != "" {
-			t.Fatalf("Sign %d: reply %v", i, f.Frame)
-		}
-		if err := tc.verify(rep.GetSignature()); err != nil {
-			t.Errorf("Sign %d: %v", i, err)
-		}
-	}
-	if got := h.snapshot().Counters["tls_signs"]; got != 3 {
-		t.Errorf("tls_signs = %d, want 3", got)
-	}
-}
-
-// Every field of a Sign is checked; a worker sending an invalid one is
-// killed, and gets no signature.
-func TestSignInvalid(t *testing.T) {
-	d256 := sha256.Sum256([]byte("x"))
-	for _, tc := range []struct {
-		name string
-		sign *proto.Sign
-	}{
-		{"unknown key", &proto.Sign{KeyId: 2, Hash: uint32(crypto.SHA256), Digest: d256[:]}},
-		{"huge key id", &proto.Sign{KeyId: 1 << 31, Hash: uint32(crypto.SHA256), Digest: d256[:]}},
-		{"no hash", &proto.Sign{KeyId: 0, Digest: d256[:]}},
-		{"SHA-1", &proto.Sign{KeyId: 0, Hash: uint32(crypto.SHA1), Digest: d256[:20]}},
-		{"MD5+SHA1", &proto.Sign{KeyId: 1, Hash: uint32(crypto.MD5SHA1), Digest: make([]byte, 36)}},
-		{"hash out of range", &proto.Sign{KeyId: 0, Hash: 1 << 30, Digest: d256[:]}},
-		{"short digest", &proto.Sign{KeyId: 0, Hash: uint32(crypto.SHA256), Digest: d256[:31]}},
-		{"long digest", &proto.Sign{KeyId: 0, Hash: uint32(crypto.SHA256), Digest: make([]byte, 64)}},
-		{"no digest", &proto.Sign{KeyId: 1, Hash: uint32(crypto.SHA384)}},
-		{"PSS with ECDSA", &proto.Sign{KeyId: 0, Hash: uint32(crypto.SHA256), Digest: d256[:], Pss: true}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h, _, _ := tlsLoop(t)
-			p := h.workers[0]
-			if err := p.Send(&proto.Frame{Id: 1, Body: &proto.Frame_Sign{Sign: tc.sign}}, -1); err != nil {
-				t.Fatal(err)
-			}
-			for {
-				f, err := p.Next(frameWait)
-				if err != nil {
-					break // the channel closed: killed
-				}
-				if f.GetSignReply() != nil {
-					t.Fatalf("signed: %v", f.Frame)
-				}
-			}
-			if !p.killed.Load() {
-				t.Error("the worker's channel closed, but the process was not killed")
-			}
-			s := h.waitFor("kill counted", func(s Snapshot) bool { return s.Counters["worker_kills"] == 1 })
-			if s.Counters["tls_signs"] != 0 {
-				t.Errorf("tls_signs = %d", s.Counters["tls_signs"])
-			}
-		})
-	}
 }
 
 // Session ticket keys rotate hourly; the previous key is kept. The loop

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"bytes"
 	"crypto"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 )
@@ -19,12 +22,27 @@ import (
 // goroutines read it, and each worker signs with the keyring it was started
 // with (docs/DESIGN.md §9).
 type keyring struct {
-	certs []*proto.TLSCertificate // for Hello
+	certs []*proto.TLSCertificate // for Hello, by key id
 	keys  []crypto.Signer         // by key id
 	info  []CertificateInfo       // for Snapshot
+	picks []*tls.Certificate      // by key id, for clienthello.Pick
+	// listeners are each TLS listener's certificates, in Hello's order, as
+	// the choice of a handshake's certificate takes them.
+	listeners map[string]*listenerCerts
 	// failed are the certificates the last reload could not load.
 	failed []CertificateError
 }
+
+// listenerCerts are one listener's certificates, its default first: their
+// key ids and their chains for clienthello.Pick.
+type listenerCerts struct {
+	ids   []uint16
+	picks []*tls.Certificate
+}
+
+// maxCertificates bounds the certificates of a configuration, so that a
+// connection records the key its handshake may sign with in 16 bits.
+const maxCertificates = 1 << 16
 
 // CertificateInfo is one loaded TLS certificate, for metrics and
 // gatehousectl: its listener, its block's name, the names it covers, when
@@ -78,19 +96,22 @@ func loadKeyring(cfg *config.Config) (*keyring, error) {
 // same listener and name, if any, and is listed in failed; a listener left
 // with no certificate at all is an error.
 func buildKeyring(cfg *config.Config, old *keyring, as *sandbox.Account, now time.Time) (*keyring, error) {
-	k := &keyring{}
+	k := &keyring{listeners: map[string]*listenerCerts{}}
 	for _, l := range cfg.Listeners {
 		if l.TLS == nil {
 			continue
 		}
 		n := 0
+		lc := &listenerCerts{}
+		k.listeners[l.Name] = lc
 		for _, c := range l.TLS.Certificates {
 			var chain [][]byte
+			var leaf *x509.Certificate
 			var key crypto.Signer
 			info := CertificateInfo{Listener: l.Name, Name: c.Name, Loaded: now}
 			pair, err := config.LoadKeyPair(c, as)
 			if err == nil {
-				chain, key, info.DNSNames, info.NotAfter = pair.Chain, pair.Key, pair.Leaf.DNSNames, pair.Leaf.NotAfter
+				chain, leaf, key, info.DNSNames, info.NotAfter = pair.Chain, pair.Leaf, pair.Key, pair.Leaf.DNSNames, pair.Leaf.NotAfter
 			} else {
 				e := CertificateError{Listener: l.Name, Name: c.Name, Since: now,
 					Error: fmt.Sprintf("%s: listener %q: certificate %q: %s", c.Where, l.Name, c.Name, strings.ReplaceAll(err.Error(), "\n", "; "))}
@@ -103,8 +124,15 @@ func buildKeyring(cfg *config.Config, old *keyring, as *sandbox.Account, now tim
 				if i < 0 {
 					continue
 				}
-				chain, key, info = old.certs[i].GetChain(), old.keys[old.certs[i].GetKeyId()], old.info[i]
+				chain, leaf, key, info = old.certs[i].GetChain(), old.picks[i].Leaf, old.keys[old.certs[i].GetKeyId()], old.info[i]
 			}
+			if len(k.keys) == maxCertificates {
+				return nil, fmt.Errorf("%s: listener %q: more than %d TLS certificates", c.Where, l.Name, maxCertificates)
+			}
+			pick := clienthello.Certificate(chain, leaf)
+			lc.ids = append(lc.ids, uint16(len(k.keys)))
+			lc.picks = append(lc.picks, pick)
+			k.picks = append(k.picks, pick)
 			k.certs = append(k.certs, &proto.TLSCertificate{Listener: l.Name, Name: c.Name, Chain: chain, KeyId: uint32(len(k.keys))})
 			k.keys = append(k.keys, key)
 			k.info = append(k.info, info)
@@ -115,6 +143,14 @@ func buildKeyring(cfg *config.Config, old *keyring, as *sandbox.Account, now tim
 		}
 	}
 	return k, nil
+}
+
+// listener returns the certificates of the listener named name, or nil.
+func (k *keyring) listener(name string) *listenerCerts {
+	if k == nil {
+		return nil
+	}
+	return k.listeners[name]
 }
 
 // find returns the index of the certificate of listener named name, or -1.

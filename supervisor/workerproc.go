@@ -44,8 +44,11 @@ type workerProc struct {
 	// keys are the certificates and keys the current process was started
 	// with; its Sign requests name these.
 	keys *keyring
-	pid  int
-	proc process
+	// signing counts its signatures in the signing pool (tls.go), each
+	// holding an in-flight slot.
+	signing int
+	pid     int
+	proc    process
 	// exited is true once the process (if any) has been reaped.
 	exited bool
 	// killedFor is the death reason the supervisor killed the current

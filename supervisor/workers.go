@@ -37,6 +37,7 @@ func (d *dispatcher) startWorker(w *workerProc, now time.Time) {
 	w.started = now
 	w.rounds = 0
 	w.slots = ipc.NewInFlight(w.spec.cfg.Limits.IPCMaxInFlightRequests)
+	w.signing = 0
 	w.killedFor = ""
 	w.drainAsked = false
 	w.drainDeadline = time.Time{}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/sys/unix"
@@ -30,17 +31,6 @@ import (
 
 // handshakeTimeout bounds a TLS handshake from its dispatch.
 const handshakeTimeout = 15 * time.Second
-
-// tlsCipherSuites are the TLS 1.2 suites offered: ECDHE with AEAD only.
-// TLS 1.3 suites are all AEAD and not configurable.
-var tlsCipherSuites = []uint16{
-	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-}
 
 // tlsConfigs builds one tls.Config per TLS listener from Hello's
 // certificates, in order: a listener's first certificate is its default.
@@ -74,52 +64,65 @@ func (w *Worker) tlsConfigs(certs []*proto.TLSCertificate) (map[string]*tls.Conf
 		list := byListener[name]
 		out[name] = &tls.Config{
 			MinVersion:   tls.VersionTLS12,
-			CipherSuites: tlsCipherSuites,
+			CipherSuites: clienthello.CipherSuites,
 			NextProtos:   []string{"http/1.1"},
 			GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
-				return pickCertificate(list, hi), nil
+				return chosenCertificate(list, hi)
 			},
 		}
 	}
 	return out, nil
 }
 
-// pickCertificate returns the first certificate that covers the client's
-// server name and algorithms, else the default (the first), each with a
-// signer bound to this handshake's deadline.
-func pickCertificate(list []*tls.Certificate, hi *tls.ClientHelloInfo) *tls.Certificate {
-	pick := list[0]
-	if hi.ServerName != "" {
-		for _, c := range list {
-			if hi.SupportsCertificate(c) == nil {
-				pick = c
-				break
-			}
-		}
+// chosenCertificate returns the certificate the supervisor chose for the
+// handshake (Dispatch.certificate, as crypto/tls would choose from the
+// ClientHello; the supervisor signs with no other key for it), with a
+// signer bound to this handshake: its deadline and its connection. A
+// handshake without the dispatch's information (a test's) presents the
+// default, the first.
+func chosenCertificate(list []*tls.Certificate, hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	hs, _ := hi.Context().Value(handshakeKey{}).(*handshakeInfo)
+	i := 0
+	if hs != nil {
+		i = hs.cert
 	}
-	c := *pick
+	if i >= len(list) {
+		return nil, fmt.Errorf("the supervisor chose certificate %d of %d", i, len(list))
+	}
+	c := *list[i]
 	s := *c.PrivateKey.(*remoteSigner)
 	s.ctx = hi.Context()
+	if hs != nil {
+		s.connID = hs.connID
+	}
 	c.PrivateKey = &s
-	return &c
+	return &c, nil
 }
 
 // errSignOverloaded fails a handshake at once when the channel's in-flight
 // cap is reached, here or at the supervisor.
 var errSignOverloaded = errors.New("worker: signing refused over the in-flight cap")
 
-// signRefusedKey is the handshake context's key for the flag Sign sets when
-// it refuses over the cap: crypto/tls keeps only the text of a signer's
-// error, and the round reports the refusal as its outcome.
-type signRefusedKey struct{}
+// handshakeInfo rides in a handshake's context (handshakeKey): the
+// connection and the certificate its Dispatch named, and the flag Sign
+// sets when it refuses over the cap: crypto/tls keeps only the text of a
+// signer's error, and the round reports the refusal as its outcome.
+type handshakeInfo struct {
+	connID  uint64
+	cert    int
+	refused atomic.Bool
+}
+
+type handshakeKey struct{}
 
 // remoteSigner is a certificate's private key as the worker sees it: the
 // public half, and a Sign that asks the supervisor.
 type remoteSigner struct {
-	w   *Worker
-	id  uint32
-	pub crypto.PublicKey
-	ctx context.Context // the handshake's
+	w      *Worker
+	id     uint32
+	pub    crypto.PublicKey
+	ctx    context.Context // the handshake's
+	connID uint64          // the handshake's connection
 }
 
 // Public returns the certificate's public key.
@@ -138,11 +141,12 @@ func (s *remoteSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) 
 		Hash:   uint32(opts.HashFunc()),
 		Digest: digest,
 		Pss:    pss,
+		ConnId: s.connID,
 	}}}
 	r, err := s.w.calls.callNow(ctx, f)
 	if errors.Is(err, errOverloaded) {
-		if refused, ok := ctx.Value(signRefusedKey{}).(*atomic.Bool); ok {
-			refused.Store(true)
+		if hs, ok := ctx.Value(handshakeKey{}).(*handshakeInfo); ok {
+			hs.refused.Store(true)
 		}
 		return nil, errSignOverloaded
 	}
@@ -365,8 +369,8 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File, fd int) (*tls.Conn, p
 		return nil, proto.Outcome_BAD_REQUEST, err
 	}
 	tc := tls.Server(tt, cfg)
-	var refused atomic.Bool
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), signRefusedKey{}, &refused), handshakeTimeout)
+	hs := &handshakeInfo{connID: d.GetConnId(), cert: int(d.GetCertificate())}
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), handshakeKey{}, hs), handshakeTimeout)
 	defer cancel()
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	err = tc.HandshakeContext(ctx)
@@ -374,7 +378,7 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File, fd int) (*tls.Conn, p
 	switch {
 	case err == nil:
 		return tc, proto.Outcome_OK, nil
-	case refused.Load():
+	case hs.refused.Load():
 		return nil, proto.Outcome_OVERLOADED, err
 	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
 		return nil, proto.Outcome_TIMEOUT, err

@@ -55,6 +55,12 @@ func writeCertUntil(t *testing.T, dir, file string, rsaKey bool, notAfter time.T
 	if err != nil {
 		t.Fatal(err)
 	}
+	return writeCertKey(t, dir, file, key, notAfter, names...)
+}
+
+// writeCertKey is writeCertUntil with key.
+func writeCertKey(t *testing.T, dir, file string, key crypto.Signer, notAfter time.Time, names ...string) testCert {
+	t.Helper()
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(time.Now().UnixNano()),
 		Subject:               pkix.Name{CommonName: names[0]},
