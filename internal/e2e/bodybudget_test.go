@@ -132,3 +132,62 @@ func upload(src, addr, req string) (int, error) {
 	}
 	return resp.StatusCode, nil
 }
+
+// TestBodyBudgetRefusesTheOneThatWantsMore: with 1 MiB per client, a body
+// whose bytes would overfill its client's budget is refused 503, while the
+// one already charged keeps its bytes, and, once the refused one is gone,
+// completes (1 MiB through 16 reports) and reaches its upstream whole.
+func TestBodyBudgetRefusesTheOneThatWantsMore(t *testing.T) {
+	const mib = 1 << 20
+	up := startBodyUpstream(t)
+	h := start(t, `
+limits {
+  body_buffer_bytes_per_client = 1048576
+}
+upstream "app" {
+  addresses = ["`+up.addr+`"]
+}
+route "/" {
+  proxy {
+    upstream = "app"
+  }
+}
+`)
+	head := func(id string) string {
+		return fmt.Sprintf("POST /up HTTP/1.1\r\nHost: x\r\nX-Id: %s\r\nContent-Length: %d\r\n\r\n", id, mib)
+	}
+	part := strings.Repeat("p", 700<<10)
+	a := dialFrom(t, "127.0.0.5", h.addr)
+	defer a.Close()
+	a.Write([]byte(head("a") + part))
+	h.waitFor("the first body charged 640 KiB", 20*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Client("127.0.0.5").BodyBytes == 640<<10
+	})
+	b := dialFrom(t, "127.0.0.5", h.addr)
+	defer b.Close()
+	b.Write([]byte(head("b") + part))
+	b.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if resp, _, err := readResponse(bufio.NewReader(b), "POST"); err != nil || resp.StatusCode != 503 {
+		t.Fatalf("the second body: %v %v, want 503", resp, err)
+	}
+	h.waitFor("the refused body gone", 20*time.Second, func(s supervisor.Snapshot) bool {
+		c := s.Client("127.0.0.5")
+		return c.BodyConns == 1 && c.BodyBytes == 640<<10
+	})
+	a.Write([]byte(strings.Repeat("q", mib-len(part))))
+	a.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if resp, _, err := readResponse(bufio.NewReader(a), "POST"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the first body: %v %v, want 200", resp, err)
+	}
+	up.mu.Lock()
+	seen := up.seen["a"]
+	up.mu.Unlock()
+	if seen.n != mib {
+		t.Errorf("the upstream read %d bytes of the first body, want %d", seen.n, mib)
+	}
+	s := h.snapshot()
+	if s.BodyConns != 0 || s.BodyBytes != 0 || s.Counters["body_budget_refused"] != 1 {
+		t.Errorf("after: the budget holds %d connections, %d bytes, %d refused; want 0, 0, 1",
+			s.BodyConns, s.BodyBytes, s.Counters["body_budget_refused"])
+	}
+}
