@@ -255,6 +255,7 @@ type Frame struct {
 	//	*Frame_SignReply
 	//	*Frame_TicketKeys
 	//	*Frame_Forget
+	//	*Frame_BodyProgress
 	Body          isFrame_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -565,6 +566,15 @@ func (x *Frame) GetForget() *Forget {
 	return nil
 }
 
+func (x *Frame) GetBodyProgress() *BodyProgress {
+	if x != nil {
+		if x, ok := x.Body.(*Frame_BodyProgress); ok {
+			return x.BodyProgress
+		}
+	}
+	return nil
+}
+
 type isFrame_Body interface {
 	isFrame_Body()
 }
@@ -662,7 +672,7 @@ type Frame_BodyDone struct {
 }
 
 type Frame_BodyReply struct {
-	// Supervisor reply to BodyStart and BodyDone.
+	// Supervisor reply to BodyStart, BodyProgress and BodyDone.
 	BodyReply *BodyReply `protobuf:"bytes,23,opt,name=body_reply,json=bodyReply,proto3,oneof"`
 }
 
@@ -699,6 +709,12 @@ type Frame_TicketKeys struct {
 type Frame_Forget struct {
 	// Supervisor notice (no reply): close a connection kept for affinity.
 	Forget *Forget `protobuf:"bytes,30,opt,name=forget,proto3,oneof"`
+}
+
+type Frame_BodyProgress struct {
+	// Worker request: the bytes of a body received outside the pool so
+	// far, charged to the body budget; answered by BodyReply.
+	BodyProgress *BodyProgress `protobuf:"bytes,31,opt,name=body_progress,json=bodyProgress,proto3,oneof"`
 }
 
 func (*Frame_Hello) isFrame_Body() {}
@@ -758,6 +774,8 @@ func (*Frame_SignReply) isFrame_Body() {}
 func (*Frame_TicketKeys) isFrame_Body() {}
 
 func (*Frame_Forget) isFrame_Body() {}
+
+func (*Frame_BodyProgress) isFrame_Body() {}
 
 // StreamStart tells the supervisor that a connection the worker holds turns
 // long-lived: a request on a stream-class route, or a connection about to be
@@ -866,13 +884,15 @@ func (x *StreamReply) GetOk() bool {
 // BodyStart tells the supervisor that the worker is about to receive the
 // request body of a connection it holds before running the handler. On ok
 // the connection's pool slot and share are released and the body budget
-// (per client and global, in bytes and connections) is charged with length
-// instead; refused when the budget has no room (the worker answers 503).
+// (per client and global) is charged with one connection instead, and no
+// bytes: BodyProgress charges them as they arrive. Refused when the budget
+// has no room for the connection (the worker answers 503).
 type BodyStart struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	ConnId uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
-	// length is the bytes charged: the Content-Length, or the body cap for a
-	// chunked body.
+	// length is the most the body may hold: the Content-Length, or the body
+	// cap for a chunked body. Nothing is charged for it; BodyProgress may not
+	// report more.
 	Length        int64 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -922,6 +942,64 @@ func (x *BodyStart) GetLength() int64 {
 	return 0
 }
 
+// BodyProgress reports the bytes of a body (BodyStart ok) received so far:
+// the budget's charge for the connection grows to received, which is more
+// than the last report and at most BodyStart's length. The worker reads at
+// most one step (64 KiB) past its last report accepted. ok when the budget
+// has room for the growth; refused otherwise, and the charge stays as it
+// was (the worker answers 503 and closes).
+type BodyProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Received      int64                  `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BodyProgress) Reset() {
+	*x = BodyProgress{}
+	mi := &file_gatehouse_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BodyProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BodyProgress) ProtoMessage() {}
+
+func (x *BodyProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BodyProgress.ProtoReflect.Descriptor instead.
+func (*BodyProgress) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BodyProgress) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
+func (x *BodyProgress) GetReceived() int64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
 // BodyDone tells the supervisor that the body of a connection that
 // BodyStart took out of the pool is complete: its budget is released and
 // the connection waits, under the share and the pool like any request, for
@@ -936,7 +1014,7 @@ type BodyDone struct {
 
 func (x *BodyDone) Reset() {
 	*x = BodyDone{}
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1026,7 @@ func (x *BodyDone) String() string {
 func (*BodyDone) ProtoMessage() {}
 
 func (x *BodyDone) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[4]
+	mi := &file_gatehouse_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1039,7 @@ func (x *BodyDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BodyDone.ProtoReflect.Descriptor instead.
 func (*BodyDone) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{4}
+	return file_gatehouse_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BodyDone) GetConnId() uint64 {
@@ -971,7 +1049,7 @@ func (x *BodyDone) GetConnId() uint64 {
 	return 0
 }
 
-// BodyReply answers BodyStart and BodyDone.
+// BodyReply answers BodyStart, BodyProgress and BodyDone.
 type BodyReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
@@ -981,7 +1059,7 @@ type BodyReply struct {
 
 func (x *BodyReply) Reset() {
 	*x = BodyReply{}
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1071,7 @@ func (x *BodyReply) String() string {
 func (*BodyReply) ProtoMessage() {}
 
 func (x *BodyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[5]
+	mi := &file_gatehouse_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1084,7 @@ func (x *BodyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BodyReply.ProtoReflect.Descriptor instead.
 func (*BodyReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{5}
+	return file_gatehouse_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BodyReply) GetOk() bool {
@@ -1027,7 +1105,7 @@ type Dial struct {
 
 func (x *Dial) Reset() {
 	*x = Dial{}
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1117,7 @@ func (x *Dial) String() string {
 func (*Dial) ProtoMessage() {}
 
 func (x *Dial) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[6]
+	mi := &file_gatehouse_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1130,7 @@ func (x *Dial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dial.ProtoReflect.Descriptor instead.
 func (*Dial) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{6}
+	return file_gatehouse_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Dial) GetUpstream() string {
@@ -1082,7 +1160,7 @@ type DialReply struct {
 
 func (x *DialReply) Reset() {
 	*x = DialReply{}
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1172,7 @@ func (x *DialReply) String() string {
 func (*DialReply) ProtoMessage() {}
 
 func (x *DialReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[7]
+	mi := &file_gatehouse_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1185,7 @@ func (x *DialReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DialReply.ProtoReflect.Descriptor instead.
 func (*DialReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{7}
+	return file_gatehouse_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DialReply) GetOk() bool {
@@ -1159,7 +1237,7 @@ type UpstreamRelease struct {
 
 func (x *UpstreamRelease) Reset() {
 	*x = UpstreamRelease{}
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1249,7 @@ func (x *UpstreamRelease) String() string {
 func (*UpstreamRelease) ProtoMessage() {}
 
 func (x *UpstreamRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[8]
+	mi := &file_gatehouse_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1262,7 @@ func (x *UpstreamRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamRelease.ProtoReflect.Descriptor instead.
 func (*UpstreamRelease) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{8}
+	return file_gatehouse_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpstreamRelease) GetUpstream() string {
@@ -1213,7 +1291,7 @@ type Reclaim struct {
 
 func (x *Reclaim) Reset() {
 	*x = Reclaim{}
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1303,7 @@ func (x *Reclaim) String() string {
 func (*Reclaim) ProtoMessage() {}
 
 func (x *Reclaim) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[9]
+	mi := &file_gatehouse_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1316,7 @@ func (x *Reclaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reclaim.ProtoReflect.Descriptor instead.
 func (*Reclaim) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{9}
+	return file_gatehouse_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Reclaim) GetUpstream() string {
@@ -1259,7 +1337,7 @@ type Reclaimed struct {
 
 func (x *Reclaimed) Reset() {
 	*x = Reclaimed{}
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1349,7 @@ func (x *Reclaimed) String() string {
 func (*Reclaimed) ProtoMessage() {}
 
 func (x *Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[10]
+	mi := &file_gatehouse_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1362,7 @@ func (x *Reclaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reclaimed.ProtoReflect.Descriptor instead.
 func (*Reclaimed) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{10}
+	return file_gatehouse_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Reclaimed) GetUpstream() string {
@@ -1309,7 +1387,7 @@ type RateCheck struct {
 
 func (x *RateCheck) Reset() {
 	*x = RateCheck{}
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1399,7 @@ func (x *RateCheck) String() string {
 func (*RateCheck) ProtoMessage() {}
 
 func (x *RateCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[11]
+	mi := &file_gatehouse_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1412,7 @@ func (x *RateCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateCheck.ProtoReflect.Descriptor instead.
 func (*RateCheck) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{11}
+	return file_gatehouse_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RateCheck) GetConnId() uint64 {
@@ -1363,7 +1441,7 @@ type RateReply struct {
 
 func (x *RateReply) Reset() {
 	*x = RateReply{}
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1453,7 @@ func (x *RateReply) String() string {
 func (*RateReply) ProtoMessage() {}
 
 func (x *RateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[12]
+	mi := &file_gatehouse_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1466,7 @@ func (x *RateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateReply.ProtoReflect.Descriptor instead.
 func (*RateReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{12}
+	return file_gatehouse_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RateReply) GetAllowed() bool {
@@ -1414,7 +1492,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1504,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[13]
+	mi := &file_gatehouse_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1517,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{13}
+	return file_gatehouse_proto_rawDescGZIP(), []int{14}
 }
 
 // StatsReply carries the metrics in the Prometheus text format.
@@ -1452,7 +1530,7 @@ type StatsReply struct {
 
 func (x *StatsReply) Reset() {
 	*x = StatsReply{}
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1542,7 @@ func (x *StatsReply) String() string {
 func (*StatsReply) ProtoMessage() {}
 
 func (x *StatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[14]
+	mi := &file_gatehouse_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1555,7 @@ func (x *StatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReply.ProtoReflect.Descriptor instead.
 func (*StatsReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{14}
+	return file_gatehouse_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatsReply) GetText() []byte {
@@ -1498,7 +1576,7 @@ type Overloaded struct {
 
 func (x *Overloaded) Reset() {
 	*x = Overloaded{}
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1588,7 @@ func (x *Overloaded) String() string {
 func (*Overloaded) ProtoMessage() {}
 
 func (x *Overloaded) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[15]
+	mi := &file_gatehouse_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1601,7 @@ func (x *Overloaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Overloaded.ProtoReflect.Descriptor instead.
 func (*Overloaded) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{15}
+	return file_gatehouse_proto_rawDescGZIP(), []int{16}
 }
 
 // LogLevel sets the worker's log level.
@@ -1536,7 +1614,7 @@ type LogLevel struct {
 
 func (x *LogLevel) Reset() {
 	*x = LogLevel{}
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1626,7 @@ func (x *LogLevel) String() string {
 func (*LogLevel) ProtoMessage() {}
 
 func (x *LogLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[16]
+	mi := &file_gatehouse_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1639,7 @@ func (x *LogLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLevel.ProtoReflect.Descriptor instead.
 func (*LogLevel) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{16}
+	return file_gatehouse_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LogLevel) GetLevel() string {
@@ -1583,7 +1661,7 @@ type AccessLog struct {
 
 func (x *AccessLog) Reset() {
 	*x = AccessLog{}
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1673,7 @@ func (x *AccessLog) String() string {
 func (*AccessLog) ProtoMessage() {}
 
 func (x *AccessLog) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[17]
+	mi := &file_gatehouse_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1686,7 @@ func (x *AccessLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
 func (*AccessLog) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{17}
+	return file_gatehouse_proto_rawDescGZIP(), []int{18}
 }
 
 // Pressure says whether a readable connection waits for a worker slot (the
@@ -1624,7 +1702,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1714,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[18]
+	mi := &file_gatehouse_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1727,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{18}
+	return file_gatehouse_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Pressure) GetOn() bool {
@@ -1682,7 +1760,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1772,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[19]
+	mi := &file_gatehouse_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1785,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{19}
+	return file_gatehouse_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Hello) GetWorkerId() uint32 {
@@ -1778,7 +1856,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1868,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[20]
+	mi := &file_gatehouse_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1881,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{20}
+	return file_gatehouse_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -1840,7 +1918,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1930,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1943,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{21}
+	return file_gatehouse_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -1920,7 +1998,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2010,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2023,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{22}
+	return file_gatehouse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -2059,7 +2137,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2149,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2162,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{23}
+	return file_gatehouse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -2173,7 +2251,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2263,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2276,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{24}
+	return file_gatehouse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -2218,7 +2296,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2308,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2321,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{25}
+	return file_gatehouse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -2273,7 +2351,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[26]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2363,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[26]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2376,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{26}
+	return file_gatehouse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Drain) GetRetire() bool {
@@ -2324,7 +2402,7 @@ type TLSCertificate struct {
 
 func (x *TLSCertificate) Reset() {
 	*x = TLSCertificate{}
-	mi := &file_gatehouse_proto_msgTypes[27]
+	mi := &file_gatehouse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2414,7 @@ func (x *TLSCertificate) String() string {
 func (*TLSCertificate) ProtoMessage() {}
 
 func (x *TLSCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[27]
+	mi := &file_gatehouse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2427,7 @@ func (x *TLSCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSCertificate.ProtoReflect.Descriptor instead.
 func (*TLSCertificate) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{27}
+	return file_gatehouse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TLSCertificate) GetListener() string {
@@ -2402,7 +2480,7 @@ type Sign struct {
 
 func (x *Sign) Reset() {
 	*x = Sign{}
-	mi := &file_gatehouse_proto_msgTypes[28]
+	mi := &file_gatehouse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2492,7 @@ func (x *Sign) String() string {
 func (*Sign) ProtoMessage() {}
 
 func (x *Sign) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[28]
+	mi := &file_gatehouse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2505,7 @@ func (x *Sign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sign.ProtoReflect.Descriptor instead.
 func (*Sign) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{28}
+	return file_gatehouse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Sign) GetKeyId() uint32 {
@@ -2476,7 +2554,7 @@ type SignReply struct {
 
 func (x *SignReply) Reset() {
 	*x = SignReply{}
-	mi := &file_gatehouse_proto_msgTypes[29]
+	mi := &file_gatehouse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2566,7 @@ func (x *SignReply) String() string {
 func (*SignReply) ProtoMessage() {}
 
 func (x *SignReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[29]
+	mi := &file_gatehouse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2579,7 @@ func (x *SignReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignReply.ProtoReflect.Descriptor instead.
 func (*SignReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{29}
+	return file_gatehouse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SignReply) GetSignature() []byte {
@@ -2531,7 +2609,7 @@ type TicketKeys struct {
 
 func (x *TicketKeys) Reset() {
 	*x = TicketKeys{}
-	mi := &file_gatehouse_proto_msgTypes[30]
+	mi := &file_gatehouse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2621,7 @@ func (x *TicketKeys) String() string {
 func (*TicketKeys) ProtoMessage() {}
 
 func (x *TicketKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[30]
+	mi := &file_gatehouse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2634,7 @@ func (x *TicketKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TicketKeys.ProtoReflect.Descriptor instead.
 func (*TicketKeys) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{30}
+	return file_gatehouse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TicketKeys) GetKeys() [][]byte {
@@ -2577,7 +2655,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_gatehouse_proto_msgTypes[31]
+	mi := &file_gatehouse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2667,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[31]
+	mi := &file_gatehouse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2680,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{31}
+	return file_gatehouse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Forget) GetConnId() uint64 {
@@ -2616,7 +2694,7 @@ var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\xc9\f\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\x8c\r\n" +
 	"\x05Frame\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
@@ -2659,7 +2737,8 @@ const file_gatehouse_proto_rawDesc = "" +
 	"sign_reply\x18\x1c \x01(\v2\x17.gatehouse.v1.SignReplyH\x00R\tsignReply\x12;\n" +
 	"\vticket_keys\x18\x1d \x01(\v2\x18.gatehouse.v1.TicketKeysH\x00R\n" +
 	"ticketKeys\x12.\n" +
-	"\x06forget\x18\x1e \x01(\v2\x14.gatehouse.v1.ForgetH\x00R\x06forgetB\x06\n" +
+	"\x06forget\x18\x1e \x01(\v2\x14.gatehouse.v1.ForgetH\x00R\x06forget\x12A\n" +
+	"\rbody_progress\x18\x1f \x01(\v2\x1a.gatehouse.v1.BodyProgressH\x00R\fbodyProgressB\x06\n" +
 	"\x04body\"@\n" +
 	"\vStreamStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
@@ -2668,7 +2747,10 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\"<\n" +
 	"\tBodyStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x16\n" +
-	"\x06length\x18\x02 \x01(\x03R\x06length\"#\n" +
+	"\x06length\x18\x02 \x01(\x03R\x06length\"C\n" +
+	"\fBodyProgress\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x1a\n" +
+	"\breceived\x18\x02 \x01(\x03R\breceived\"#\n" +
 	"\bBodyDone\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\"\x1b\n" +
 	"\tBodyReply\x12\x0e\n" +
@@ -2817,7 +2899,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Handback)(0),           // 1: gatehouse.v1.Handback
@@ -2826,75 +2908,77 @@ var file_gatehouse_proto_goTypes = []any{
 	(*StreamStart)(nil),     // 4: gatehouse.v1.StreamStart
 	(*StreamReply)(nil),     // 5: gatehouse.v1.StreamReply
 	(*BodyStart)(nil),       // 6: gatehouse.v1.BodyStart
-	(*BodyDone)(nil),        // 7: gatehouse.v1.BodyDone
-	(*BodyReply)(nil),       // 8: gatehouse.v1.BodyReply
-	(*Dial)(nil),            // 9: gatehouse.v1.Dial
-	(*DialReply)(nil),       // 10: gatehouse.v1.DialReply
-	(*UpstreamRelease)(nil), // 11: gatehouse.v1.UpstreamRelease
-	(*Reclaim)(nil),         // 12: gatehouse.v1.Reclaim
-	(*Reclaimed)(nil),       // 13: gatehouse.v1.Reclaimed
-	(*RateCheck)(nil),       // 14: gatehouse.v1.RateCheck
-	(*RateReply)(nil),       // 15: gatehouse.v1.RateReply
-	(*StatsRequest)(nil),    // 16: gatehouse.v1.StatsRequest
-	(*StatsReply)(nil),      // 17: gatehouse.v1.StatsReply
-	(*Overloaded)(nil),      // 18: gatehouse.v1.Overloaded
-	(*LogLevel)(nil),        // 19: gatehouse.v1.LogLevel
-	(*AccessLog)(nil),       // 20: gatehouse.v1.AccessLog
-	(*Pressure)(nil),        // 21: gatehouse.v1.Pressure
-	(*Hello)(nil),           // 22: gatehouse.v1.Hello
-	(*SandboxLayer)(nil),    // 23: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 24: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 25: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 26: gatehouse.v1.Done
-	(*Ping)(nil),            // 27: gatehouse.v1.Ping
-	(*Pong)(nil),            // 28: gatehouse.v1.Pong
-	(*Drain)(nil),           // 29: gatehouse.v1.Drain
-	(*TLSCertificate)(nil),  // 30: gatehouse.v1.TLSCertificate
-	(*Sign)(nil),            // 31: gatehouse.v1.Sign
-	(*SignReply)(nil),       // 32: gatehouse.v1.SignReply
-	(*TicketKeys)(nil),      // 33: gatehouse.v1.TicketKeys
-	(*Forget)(nil),          // 34: gatehouse.v1.Forget
+	(*BodyProgress)(nil),    // 7: gatehouse.v1.BodyProgress
+	(*BodyDone)(nil),        // 8: gatehouse.v1.BodyDone
+	(*BodyReply)(nil),       // 9: gatehouse.v1.BodyReply
+	(*Dial)(nil),            // 10: gatehouse.v1.Dial
+	(*DialReply)(nil),       // 11: gatehouse.v1.DialReply
+	(*UpstreamRelease)(nil), // 12: gatehouse.v1.UpstreamRelease
+	(*Reclaim)(nil),         // 13: gatehouse.v1.Reclaim
+	(*Reclaimed)(nil),       // 14: gatehouse.v1.Reclaimed
+	(*RateCheck)(nil),       // 15: gatehouse.v1.RateCheck
+	(*RateReply)(nil),       // 16: gatehouse.v1.RateReply
+	(*StatsRequest)(nil),    // 17: gatehouse.v1.StatsRequest
+	(*StatsReply)(nil),      // 18: gatehouse.v1.StatsReply
+	(*Overloaded)(nil),      // 19: gatehouse.v1.Overloaded
+	(*LogLevel)(nil),        // 20: gatehouse.v1.LogLevel
+	(*AccessLog)(nil),       // 21: gatehouse.v1.AccessLog
+	(*Pressure)(nil),        // 22: gatehouse.v1.Pressure
+	(*Hello)(nil),           // 23: gatehouse.v1.Hello
+	(*SandboxLayer)(nil),    // 24: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 25: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 26: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 27: gatehouse.v1.Done
+	(*Ping)(nil),            // 28: gatehouse.v1.Ping
+	(*Pong)(nil),            // 29: gatehouse.v1.Pong
+	(*Drain)(nil),           // 30: gatehouse.v1.Drain
+	(*TLSCertificate)(nil),  // 31: gatehouse.v1.TLSCertificate
+	(*Sign)(nil),            // 32: gatehouse.v1.Sign
+	(*SignReply)(nil),       // 33: gatehouse.v1.SignReply
+	(*TicketKeys)(nil),      // 34: gatehouse.v1.TicketKeys
+	(*Forget)(nil),          // 35: gatehouse.v1.Forget
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	22, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	24, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	25, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	26, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	27, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	28, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	29, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
-	9,  // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
-	14, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
-	16, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
-	10, // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
-	15, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
-	17, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
-	18, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
-	11, // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
-	19, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
-	12, // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
-	13, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
-	20, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
+	23, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	25, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	26, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	27, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	28, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	29, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	30, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	10, // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
+	15, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
+	17, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
+	11, // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
+	16, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
+	18, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
+	19, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
+	12, // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
+	20, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
+	13, // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
+	14, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
+	21, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
 	6,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
-	7,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
-	8,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
-	21, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
+	8,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
+	9,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
+	22, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
 	4,  // 23: gatehouse.v1.Frame.stream_start:type_name -> gatehouse.v1.StreamStart
 	5,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
-	31, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
-	32, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
-	33, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
-	34, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
-	30, // 29: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
-	23, // 30: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 31: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	2,  // 32: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	1,  // 33: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	32, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
+	33, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
+	34, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
+	35, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
+	7,  // 29: gatehouse.v1.Frame.body_progress:type_name -> gatehouse.v1.BodyProgress
+	31, // 30: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
+	24, // 31: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 32: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	2,  // 33: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	1,  // 34: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -2932,6 +3016,7 @@ func file_gatehouse_proto_init() {
 		(*Frame_SignReply)(nil),
 		(*Frame_TicketKeys)(nil),
 		(*Frame_Forget)(nil),
+		(*Frame_BodyProgress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2939,7 +3024,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

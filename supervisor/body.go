@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
@@ -10,13 +11,16 @@ import (
 // Complete bodies before the pool (docs/DESIGN.md §3.3). A worker that read a
 // head with a body to buffer sends BodyStart: the connection leaves the pool
 // (its slot and share are released, so other requests run meanwhile) and
-// charges the body budget instead, per client and global, in bytes and
-// connections. The worker receives the body under the minimum body rate, then
-// sends BodyDone: the budget is released and the connection waits, under the
-// share and the pool like any request, for a slot; the BodyReply that grants
-// it comes then, or a refusal after no_worker_timeout. The connection stays
-// at its worker throughout (the worker holds the descriptor); only its
-// accounting moves.
+// charges the body budget instead, per client and global: one connection at
+// once, and the bytes as they arrive. The worker receives the body under the
+// minimum body rate and reports what it received every step (BodyProgress):
+// the charge grows to it when the budget has room, and the body is refused
+// otherwise, so a body is charged what its client sent, never what its head
+// declared. Then BodyDone: the budget is released and the connection waits,
+// under the share and the pool like any request, for a slot; the BodyReply
+// that grants it comes then, or a refusal after no_worker_timeout. The
+// connection stays at its worker throughout (the worker holds the
+// descriptor); only its accounting moves.
 //
 // round.go draws the states and moves the counts.
 
@@ -37,28 +41,40 @@ type bodyBudget struct {
 }
 
 // bodyState is what a connection in round state body or bodyWait holds
-// (round.go).
+// (round.go). The two states never hold it at once (leaveRound clears it),
+// so one word serves both, keeping the record small (TestConnRecordSize).
 type bodyState struct {
-	charged int64  // bytes charged to the budget (body)
-	resume  uint64 // the BodyDone request waiting for a slot (bodyWait)
+	charged int64  // bytes received, charged to the budget (body)
+	word    uint64 // declared in body, resume in bodyWait
 }
 
+// declared is the most a body in round state body may hold: BodyStart's
+// length.
+func (b *bodyState) declared() int64 { return int64(b.word) }
+
+// resume is the BodyDone request a connection in round state bodyWait
+// waits for a pool slot under.
+func (b *bodyState) resume() uint64 { return b.word }
+
 // checkBodyStart checks a BodyStart's fields; the frame table has checked
-// that the worker holds the connection in the pool.
+// that the worker holds the connection in the pool. A body received outside
+// the pool is at most max_body_bytes (the worker's own: a draining worker
+// may have been started with another).
 func checkBodyStart(d *dispatcher, w *workerProc, f *proto.Frame, c *conn) string {
-	if f.GetBodyStart().GetLength() <= 0 {
-		return "BodyStart without a length"
+	if n := f.GetBodyStart().GetLength(); n <= 0 || n > w.spec.cfg.Limits.MaxBodyBytes {
+		return fmt.Sprintf("BodyStart with length %d, outside 1..max_body_bytes", n)
 	}
 	return ""
 }
 
-// bodyStart takes c out of the pool and charges the body budget, or refuses
-// when the budget has no room.
+// bodyStart takes c out of the pool and charges the body budget one
+// connection, or refuses when the budget has no room for it. No bytes are
+// charged yet: none may have arrived.
 func (d *dispatcher) bodyStart(w *workerProc, id uint64, c *conn, n int64, now time.Time) {
 	w.slots.Release()
 	cl, l := c.client, d.cfg.Limits
-	fits := d.bodyConns < l.BodyBufferConnections && d.bodyBytes+n <= l.BodyBufferBytes &&
-		(cl.trusted || cl.bodyConns < l.BodyBufferConnectionsPerClient && cl.bodyBytes+n <= l.BodyBufferBytesPerClient)
+	fits := d.bodyConns < l.BodyBufferConnections &&
+		(cl.trusted || cl.bodyConns < l.BodyBufferConnectionsPerClient)
 	if !fits {
 		d.bodyRefused++
 		d.logLimited(hclog.Warn, "body-budget", "request body refused: the body budget is full")
@@ -68,17 +84,46 @@ func (d *dispatcher) bodyStart(w *workerProc, id uint64, c *conn, n int64, now t
 	d.bodiesBuffered++
 	// The slot goes back to the pool now, as for a finished round.
 	d.leaveRound(c, false)
-	c.body.charged = n
+	c.body.word = uint64(n) // declared
 	d.enterRound(c, roundBody)
 	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: true}}}, -1)
 	d.pump(c.client, now)
+}
+
+// checkBodyProgress checks a BodyProgress's count: more than the charge
+// (bytes received only grow), at most the length BodyStart gave.
+func checkBodyProgress(d *dispatcher, w *workerProc, f *proto.Frame, c *conn) string {
+	if n := f.GetBodyProgress().GetReceived(); n <= c.body.charged || n > c.body.declared() {
+		return fmt.Sprintf("BodyProgress of %d bytes, outside %d+1..%d", n, c.body.charged, c.body.declared())
+	}
+	return ""
+}
+
+// bodyProgress grows c's charge to the received bytes when the budget, the
+// global one and its client's, has room for the growth; otherwise the body
+// is refused (the worker answers 503 and closes) and the charge stays
+// until Done. The body that wants more than is free is the one refused:
+// those that fit keep theirs.
+func (d *dispatcher) bodyProgress(w *workerProc, id uint64, c *conn, received int64) {
+	w.slots.Release()
+	cl, l := c.client, d.cfg.Limits
+	more := received - c.body.charged
+	fits := d.bodyBytes+more <= l.BodyBufferBytes &&
+		(cl.trusted || cl.bodyBytes+more <= l.BodyBufferBytesPerClient)
+	if fits {
+		d.chargeBody(c, received)
+	} else {
+		d.bodyRefused++
+		d.logLimited(hclog.Warn, "body-budget", "request body refused: the body budget is full")
+	}
+	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: fits}}}, -1)
 }
 
 // bodyDone releases c's body budget and asks for a pool slot for it; the
 // request keeps its in-flight slot until the answer.
 func (d *dispatcher) bodyDone(id uint64, c *conn, now time.Time) {
 	d.leaveRound(c, false)
-	c.body.resume = id
+	c.body.word = id // resume
 	c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
 	d.enterRound(c, roundBodyWait)
 	d.grantBody(c)

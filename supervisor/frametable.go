@@ -39,6 +39,7 @@ const (
 	frameBodyDone
 	frameStreamStart
 	frameSign
+	frameBodyProgress
 	frameKinds
 )
 
@@ -65,6 +66,8 @@ func kindOf(f *proto.Frame) frameKind {
 		return frameBodyStart
 	case *proto.Frame_BodyDone:
 		return frameBodyDone
+	case *proto.Frame_BodyProgress:
+		return frameBodyProgress
 	case *proto.Frame_StreamStart:
 		return frameStreamStart
 	case *proto.Frame_Sign:
@@ -270,6 +273,19 @@ var frameTable = [frameKinds]frameRule{
 		repeat:  "once per BodyStart",
 		handle: func(d *dispatcher, _ *workerProc, f *proto.Frame, c *conn, now time.Time) bool {
 			d.bodyDone(f.GetId(), c, now)
+			return true
+		},
+	},
+	frameBodyProgress: {
+		name:    "BodyProgress",
+		request: true,
+		workers: live,
+		connID:  func(f *proto.Frame) uint64 { return f.GetBodyProgress().GetConnId() },
+		rounds:  roundsIn(roundBody),
+		repeat:  "while received grows",
+		check:   checkBodyProgress,
+		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, c *conn, now time.Time) bool {
+			d.bodyProgress(w, f.GetId(), c, f.GetBodyProgress().GetReceived())
 			return true
 		},
 	},

@@ -26,7 +26,9 @@ import (
 // operands (a missing byte reads as 0):
 //
 //	0..11  the hostile worker sends the frame of the table's row op+1
-//	       (Ready .. Sign): id, conn, fd, a, b, c
+//	       (Ready .. Sign): id, conn, fd, a, b, c; BodyStart's row with b
+//	       odd sends BodyProgress instead (the row after Sign: an opcode
+//	       of its own would change what the committed corpus means)
 //	12     the hostile worker sends a frame of the supervisor's: which, fd
 //	13     an honest worker returns a connection: which, disposition
 //	14     a client acts: which, what (request, new connection, close)
@@ -37,7 +39,9 @@ import (
 // freed pool slot, BodyDone with id 0 twice, no_worker_timeout passes: the
 // loop panicked), bodydone-id0-then-done, streamstart-then-bodystart,
 // ratecheck-foreign-key (RateChecks naming client keys of the worker's
-// choosing on a trusted proxy's connections), and two more violations.
+// choosing on a trusted proxy's connections), and two more violations;
+// bodyprogress-over-budget grows two bodies' charges until the second is
+// refused, then reports a smaller count.
 func FuzzHostileWorker(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prog []byte) {
 		if len(prog) > 512 {
@@ -48,8 +52,8 @@ func FuzzHostileWorker(f *testing.F) {
 }
 
 // hostileConfig: two workers of two slots (a pool of 4, a share of 1),
-// tight body and stream budgets, a rate limit class, a trusted proxy
-// (127.0.0.9) and an upstream at up.
+// tight body (2 connections, 1 MiB) and stream budgets, a rate limit
+// class, a trusted proxy (127.0.0.9) and an upstream at up.
 func hostileConfig(up string) string {
 	return baseConfig(2, 2, fmt.Sprintf(`
 trusted_proxies = ["127.0.0.9"]
@@ -65,6 +69,7 @@ streams {
 }
 limits {
   body_buffer_connections = 2
+  body_buffer_bytes = 1048576
   ipc_max_in_flight_requests = 4
 }
 upstream "up" {
@@ -350,7 +355,13 @@ func (r *hostileRun) hostileFrame(kind frameKind) (*proto.Frame, bool) {
 	case frameReclaimed:
 		f.Body = &proto.Frame_Reclaimed{Reclaimed: &proto.Reclaimed{Upstream: "up"}}
 	case frameBodyStart:
-		f.Body = &proto.Frame_BodyStart{BodyStart: &proto.BodyStart{ConnId: conn, Length: int64(a) - 8}}
+		// Lengths and counts from negative to far over max_body_bytes.
+		n := (int64(a) - 8) << (c % 32)
+		if b%2 == 1 {
+			f.Body = &proto.Frame_BodyProgress{BodyProgress: &proto.BodyProgress{ConnId: conn, Received: n}}
+			break
+		}
+		f.Body = &proto.Frame_BodyStart{BodyStart: &proto.BodyStart{ConnId: conn, Length: n}}
 	case frameBodyDone:
 		f.Body = &proto.Frame_BodyDone{BodyDone: &proto.BodyDone{ConnId: conn}}
 	case frameStreamStart:

@@ -122,13 +122,15 @@ func (d *dispatcher) invariants() error {
 				bodyBytes += c.body.charged
 				cs.bodyConns++
 				cs.bodyBytes += c.body.charged
-				if c.body.charged <= 0 {
-					bad("connection %d: a body charged %d bytes", c.id, c.body.charged)
+				// Charged what arrived: never more than the body may
+				// hold, never less than nothing.
+				if c.body.charged < 0 || c.body.charged > c.body.declared() {
+					bad("connection %d: a body of at most %d bytes charged %d", c.id, c.body.declared(), c.body.charged)
 				}
 			case roundBodyWait:
 				want[listBodyWaiting], want[listBodyWaitTimers] = true, true
 				ws.bodyWaits++
-				if c.body.resume == 0 {
+				if c.body.resume() == 0 {
 					bad("connection %d: waits for a slot for request id 0", c.id)
 				}
 			case roundStream:
@@ -223,6 +225,9 @@ func (d *dispatcher) invariants() error {
 		eq(who+" streams", cl.streams, cs.streams)
 		if !cl.trusted && cl.out > d.share {
 			bad("%s holds %d slots, over the share %d", who, cl.out, d.share)
+		}
+		if l := d.cfg.Limits; !cl.trusted && (cl.bodyConns > l.BodyBufferConnectionsPerClient || cl.bodyBytes > l.BodyBufferBytesPerClient) {
+			bad("%s: its bodies hold %d connections, %d bytes: over its caps", who, cl.bodyConns, cl.bodyBytes)
 		}
 		if cl.conns == 0 && cl.out == 0 {
 			bad("%s has no connection but is kept", who)

@@ -175,7 +175,7 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(desc("clients", "Client keys holding a connection."), prometheus.GaugeValue, float64(holding))
 	emit(desc("penalized_clients", "Client keys refused now for having had connections at dying workers too often."), prometheus.GaugeValue, float64(penalized))
-	emit(desc("body_budget_bytes", "Request body bytes charged to the body budget (bodies received outside the pool)."), prometheus.GaugeValue, float64(s.BodyBytes))
+	emit(desc("body_budget_bytes", "Request body bytes received, charged to the body budget (bodies received outside the pool)."), prometheus.GaugeValue, float64(s.BodyBytes))
 	emit(desc("body_budget_connections", "Connections receiving a request body outside the pool."), prometheus.GaugeValue, float64(s.BodyConns))
 	emit(desc("streams_open", "Long-lived requests and upgraded connections open outside the pool, by class.", "class"), prometheus.GaugeValue, float64(s.Streams), "stream")
 	emit(desc("streams_open", "Long-lived requests and upgraded connections open outside the pool, by class.", "class"), prometheus.GaugeValue, float64(s.Upgrades), "upgrade")

@@ -6,12 +6,15 @@ import "github.com/gatehouse-dev/gatehouse/proto"
 // accounted while the worker serves it. setRound alone moves it, and keeps
 // the pool's counts, the body and stream budgets, the body lists and the
 // worker's in-flight slot in step (checked after every step by the tests'
-// invariants, invariants_test.go):
+// invariants, invariants_test.go); within body, chargeBody alone grows the
+// bytes charged:
 //
 //	dispatch ──► pool ──BodyStart ok──► body ──BodyDone──► bodyWait ──slot──► pool
 //	              │                                           │
 //	              │                                           └──no_worker_timeout──► spent
 //	              └──StreamStart ok──► stream
+//
+//	body ──BodyProgress ok──► body, charged the bytes received (chargeBody)
 //
 //	any ──Done / close / worker death──► released (leaveRound)
 //
@@ -21,11 +24,12 @@ type roundState uint8
 const (
 	// roundPool holds a pool slot: w.active, its client's out and d.out.
 	roundPool roundState = iota
-	// roundBody holds the body budget (conn.body.charged), no pool slot.
+	// roundBody holds the body budget (a connection, and conn.body.charged
+	// bytes received), no pool slot.
 	roundBody
 	// roundBodyWait: the body is complete; the connection waits on
 	// bodyWaiting and bodyWaitTimers for a pool slot, and its BodyDone
-	// (conn.body.resume) holds one of the worker's in-flight slots until
+	// (conn.body.resume()) holds one of the worker's in-flight slots until
 	// its reply.
 	roundBodyWait
 	// roundSpent holds nothing: the slot was refused after the body; the
@@ -44,8 +48,8 @@ func (r roundState) String() string { return roundNames[r] }
 // setRound moves c, at its worker, from its round state to r: what the old
 // state held is given back (a waiting BodyDone is answered: granted when r
 // is pool, refused otherwise), then what r holds is charged. The caller
-// sets what r is charged from first: body.charged for body, body.resume
-// and deadline for bodyWait, upgrade for stream.
+// sets what r is charged from first: body.word (declared) for body,
+// body.word (resume) and deadline for bodyWait, upgrade for stream.
 func (d *dispatcher) setRound(c *conn, r roundState) {
 	d.leaveRound(c, r == roundPool)
 	d.enterRound(c, r)
@@ -78,6 +82,15 @@ func (d *dispatcher) enterRound(c *conn, r roundState) {
 	}
 }
 
+// chargeBody grows the bytes c, in round state body, charges to the body
+// budget to received (BodyProgress).
+func (d *dispatcher) chargeBody(c *conn, received int64) {
+	more := received - c.body.charged
+	c.body.charged = received
+	d.bodyBytes += more
+	c.client.bodyBytes += more
+}
+
 // leaveRound gives back what c's round state holds; a waiting BodyDone is
 // answered, its in-flight slot released first. c then holds nothing.
 func (d *dispatcher) leaveRound(c *conn, granted bool) {
@@ -97,7 +110,7 @@ func (d *dispatcher) leaveRound(c *conn, granted bool) {
 		d.bodyWaitTimers.remove(c)
 		w := c.worker
 		w.slots.Release()
-		d.send(w, &proto.Frame{Id: c.body.resume, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: granted}}}, -1)
+		d.send(w, &proto.Frame{Id: c.body.resume(), Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: granted}}}, -1)
 	case roundStream:
 		cl.streams--
 		if c.upgrade {

@@ -81,7 +81,7 @@ func startWorker(t *testing.T) *roundHarness {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
-			if f.GetBodyStart() != nil || f.GetBodyDone() != nil {
+			if f.GetBodyStart() != nil || f.GetBodyProgress() != nil || f.GetBodyDone() != nil {
 				// As the supervisor does with room in the body budget.
 				ss.Send(&proto.Frame{Id: f.GetId(), Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: true}}}, -1)
 				continue

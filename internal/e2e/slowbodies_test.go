@@ -210,9 +210,11 @@ route "/ok" {
 	b := dialFrom(t, "127.0.0.2", h.addr)
 	defer b.Close()
 	b.Write([]byte("POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx"))
+	// Its connection is charged; its bytes are not, not yet: one of the 10
+	// declared arrived, under a step of the worker's reports.
 	h.waitFor("the buffered request outside the pool", 10*time.Second, func(s supervisor.Snapshot) bool {
 		c := s.Client("127.0.0.2")
-		return c.Out == 1 && s.BodyConns == 1 && s.BodyBytes == 10 && c.BodyConns == 1 && c.BodyBytes == 10
+		return c.Out == 1 && s.BodyConns == 1 && s.BodyBytes == 0 && c.BodyConns == 1 && c.BodyBytes == 0
 	})
 	b.Write([]byte("123456789"))
 	b.SetReadDeadline(time.Now().Add(10 * time.Second))
