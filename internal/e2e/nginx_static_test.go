@@ -25,6 +25,12 @@ import (
 // returns its address. It skips the test when nginx is not installed.
 func startNginx(t *testing.T, www string) string {
 	t.Helper()
+	return startNginxWith(t, www, "")
+}
+
+// startNginxWith is startNginx with more directives in its http block.
+func startNginxWith(t *testing.T, www, extra string) string {
+	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, err := os.Stat("/usr/sbin/nginx"); err != nil {
@@ -64,6 +70,7 @@ http {
   gzip_static on;
   gzip_vary on;
   max_ranges 16;
+%[4]s
   server {
     listen %[2]s;
     root %[3]s;
@@ -71,7 +78,7 @@ http {
     autoindex off;
   }
 }
-`, dir, addr, www)
+`, dir, addr, www, extra)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
