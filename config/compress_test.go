@@ -25,7 +25,7 @@ func TestCompress(t *testing.T) {
 	switch {
 	case def == nil:
 		t.Fatal("compress {} gave no Compress")
-	case !slices.Equal(def.Encodings, []string{"zstd", "br", "gzip"}),
+	case !slices.Equal(def.Encodings, []string{"zstd", "gzip", "br"}),
 		!slices.Equal(def.Types, DefaultCompressTypes),
 		def.MinLength != 1024, def.GzipLevel != 5, def.ZstdLevel != 3, def.BrotliLevel != 4:
 		t.Errorf("compress {} = %+v, want the documented defaults", def)

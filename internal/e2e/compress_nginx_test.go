@@ -37,7 +37,7 @@ func TestCompressAgainstNginx(t *testing.T) {
 		m[k] = string(v)
 	}
 	writeTree(t, www, m)
-	ng := startNginxWith(t, www, nginxGzip)
+	ng, _ := startNginxWith(t, www, nginxGzip)
 	h := start(t, fmt.Sprintf(`
 workers {
   count = 2

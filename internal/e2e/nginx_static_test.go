@@ -25,11 +25,13 @@ import (
 // returns its address. It skips the test when nginx is not installed.
 func startNginx(t *testing.T, www string) string {
 	t.Helper()
-	return startNginxWith(t, www, "")
+	addr, _ := startNginxWith(t, www, "")
+	return addr
 }
 
-// startNginxWith is startNginx with more directives in its http block.
-func startNginxWith(t *testing.T, www, extra string) string {
+// startNginxWith is startNginx with more directives in its http block; it
+// returns nginx's process id too.
+func startNginxWith(t testing.TB, www, extra string) (string, int) {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -97,7 +99,7 @@ http {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return addr
+			return addr, cmd.Process.Pid
 		}
 		if i == 100 {
 			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
