@@ -140,6 +140,7 @@ func TestCompressWriter(t *testing.T) {
 		method   string
 		reqHdr   []string // pairs
 		h        handler
+		status   int    // the status wanted (0: 200, or the handler's)
 		coding   string // the Content-Encoding wanted
 		vary     string // the Vary wanted
 		etag     string // the ETag wanted ("" for any)
@@ -160,6 +161,12 @@ func TestCompressWriter(t *testing.T) {
 				w.Write(big[i:min(i+100, len(big))])
 			}
 		}, coding: "gzip", vary: "Accept-Encoding", body: big},
+		{name: "second status while held", reqHdr: []string{"Accept-Encoding", "gzip"}, h: func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusTeapot)
+			w.Write(big)
+		}, status: http.StatusCreated, coding: "gzip", vary: "Accept-Encoding", body: big},
 		{name: "sniffed type", reqHdr: []string{"Accept-Encoding", "gzip"}, h: func(w http.ResponseWriter) { w.Write(big) },
 			coding: "gzip", vary: "Accept-Encoding", body: big},
 		{name: "weak etag stays", reqHdr: []string{"Accept-Encoding", "gzip"}, h: send(200, "text/plain", big, true, "Etag", `W/"abc"`),
@@ -220,6 +227,9 @@ func TestCompressWriter(t *testing.T) {
 			}
 			cw.end()
 			res := rec.Result()
+			if tt.status != 0 && res.StatusCode != tt.status {
+				t.Errorf("status %d, want %d", res.StatusCode, tt.status)
+			}
 			if got := res.Header.Get("Content-Encoding"); got != tt.coding {
 				t.Errorf("Content-Encoding = %q, want %q", got, tt.coding)
 			}

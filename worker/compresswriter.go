@@ -70,7 +70,12 @@ func (cw *compressWriter) start(rw http.ResponseWriter, req *http.Request, c *co
 func (cw *compressWriter) Header() http.Header { return cw.rw.Header() }
 
 func (cw *compressWriter) WriteHeader(code int) {
-	if cw.state != cwNew || code < 200 {
+	switch {
+	case cw.state == cwHolding:
+		// The status is decided, not yet sent: a second one is
+		// superfluous, as the response would say once it was sent.
+		return
+	case cw.state != cwNew || code < 200:
 		// A second WriteHeader is the response's to warn about; a 1xx
 		// passes and the final status is still to come.
 		cw.rw.WriteHeader(code)
