@@ -3,10 +3,12 @@ module github.com/gatehouse-dev/gatehouse
 go 1.26.8
 
 require (
+	github.com/andybalholm/brotli v1.3.0
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/hcl/v2 v2.25.0
+	github.com/klauspost/compress v1.20.4
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

@@ -226,6 +226,9 @@ type Route struct {
 	// (SSE, long-poll, big downloads) and leave the request pool for the
 	// stream budget (docs/DESIGN.md §10). Default "request": false.
 	Stream bool
+	// Compress compresses the route's responses on the fly; nil (the
+	// default, as nginx's gzip off) compresses nothing.
+	Compress *Compress
 }
 
 // Static serves files under Root.

@@ -49,7 +49,19 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, keys map[routeKey]hcl.Range) 
 			d.errorf(rng, "Invalid value", "%s: class is \"request\" or \"stream\", got %q.", name, class)
 		}
 	}
-	handlers := content.Blocks
+	var handlers hcl.Blocks
+	for _, blk := range content.Blocks {
+		if blk.Type != "compress" {
+			handlers = append(handlers, blk)
+			continue
+		}
+		if r.Compress != nil {
+			d.errorf(blk.DefRange, "Duplicate compress block", "%s has more than one compress block.", name)
+			ok = false
+		} else if r.Compress = d.compress(blk, name); r.Compress == nil {
+			ok = false
+		}
+	}
 	if len(handlers) == 0 {
 		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, proxy, metrics or embedded).", name)
 		return

@@ -225,6 +225,7 @@ type connServer struct {
 	respHeader http.Header
 	pendingBuf []byte
 	reqBody    body
+	cz         compressWriter // a compressing route's writer
 
 	fd        int                  // the connection's descriptor, or -1; owned by nc
 	tls       bool                 // nc is a TLS connection

@@ -66,7 +66,18 @@ func (cs *connServer) runHandler(rt *route, rw *response, req *http.Request) (ok
 			}
 		}
 	}()
-	serve(rt, rw, req)
+	if rt == nil || rt.compress == nil {
+		serve(rt, rw, req)
+		return true
+	}
+	cz := &cs.cz
+	defer cz.end()
+	serve(rt, cz.start(rw, req, rt.compress), req)
+	if !cs.upgraded {
+		if err := cz.finish(); err != nil {
+			cs.w.log.Debug("compressing a response", "path", req.URL.Path, "error", err)
+		}
+	}
 	return true
 }
 

@@ -41,10 +41,13 @@ type route struct {
 	// headOnly: answered from the head alone, the body never read, so no
 	// body cap applies (https_redirect).
 	headOnly bool
+	// compress compresses the responses on the fly; nil: never.
+	compress *compression
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
 	rt := &router{}
+	pools := encoderPools{}
 	for _, r := range cfg.Routes {
 		var h http.Handler
 		switch {
@@ -73,6 +76,9 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		}
 		rr := route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil}
+		if r.Compress != nil {
+			rr.compress = newCompression(r.Compress, pools)
+		}
 		if len(r.Hosts) > 0 {
 			rt.addHosts(rr, r.Hosts)
 		} else {

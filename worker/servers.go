@@ -141,7 +141,7 @@ func (st *serverState) doneFrame() (*proto.Frame, *proto.Done) {
 // newConnServer readies cs, a server goroutine's own, for one dispatch:
 // everything from the previous one is dropped but the buffers' capacity.
 func newConnServer(cs *connServer, w *Worker, nc clientConn, d *proto.Dispatch) *connServer {
-	rawBuf, respHeader, pendingBuf := cs.raw.buf[:0], cs.respHeader, cs.pendingBuf[:0]
+	rawBuf, respHeader, pendingBuf, cz := cs.raw.buf[:0], cs.respHeader, cs.pendingBuf[:0], cs.cz
 	*cs = connServer{
 		w:          w,
 		nc:         nc,
@@ -158,7 +158,7 @@ func newConnServer(cs *connServer, w *Worker, nc clientConn, d *proto.Dispatch) 
 	cs.input = carriedThenConn{carried: cs.carried, conn: &cs.in}
 	cs.raw.r, cs.raw.buf = &cs.input, rawBuf
 	cs.parent = connContext{Context: context.Background(), cs: cs}
-	cs.respHeader, cs.pendingBuf = respHeader, pendingBuf
+	cs.respHeader, cs.pendingBuf, cs.cz = respHeader, pendingBuf, cz
 	cs.br = readerPool.Get().(*bufio.Reader)
 	cs.br.Reset(&cs.raw)
 	pc, _ := nc.(*plainConn)

@@ -25,6 +25,14 @@ import (
 // returns its address. It skips the test when nginx is not installed.
 func startNginx(t *testing.T, www string) string {
 	t.Helper()
+	addr, _ := startNginxWith(t, www, "")
+	return addr
+}
+
+// startNginxWith is startNginx with more directives in its http block; it
+// returns nginx's process id too.
+func startNginxWith(t testing.TB, www, extra string) (string, int) {
+	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, err := os.Stat("/usr/sbin/nginx"); err != nil {
@@ -64,6 +72,7 @@ http {
   gzip_static on;
   gzip_vary on;
   max_ranges 16;
+%[4]s
   server {
     listen %[2]s;
     root %[3]s;
@@ -71,7 +80,7 @@ http {
     autoindex off;
   }
 }
-`, dir, addr, www)
+`, dir, addr, www, extra)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -90,7 +99,7 @@ http {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return addr
+			return addr, cmd.Process.Pid
 		}
 		if i == 100 {
 			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))

@@ -29,7 +29,7 @@ func acceptQuality(header, coding string) int {
 		for param := range strings.SplitSeq(params, ";") {
 			k, v, _ := strings.Cut(strings.Trim(param, " \t"), "=")
 			if strings.EqualFold(strings.TrimSpace(k), "q") {
-				q = parseQuality(strings.TrimSpace(v))
+				q = ParseQuality(strings.TrimSpace(v))
 			}
 		}
 		if name == coding {
@@ -40,9 +40,9 @@ func acceptQuality(header, coding string) int {
 	return star
 }
 
-// parseQuality parses a qvalue ("0", "0.5", "1.000") into thousandths; a
+// ParseQuality parses a qvalue ("0", "0.5", "1.000") into thousandths; a
 // malformed one is 0.
-func parseQuality(v string) int {
+func ParseQuality(v string) int {
 	whole, frac, _ := strings.Cut(v, ".")
 	if (whole != "0" && whole != "1") || len(frac) > 3 {
 		return 0
