@@ -68,8 +68,10 @@ var (
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"}},
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}, {Type: "compress"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"},
+			{Name: "access"}, {Name: "slash_redirect"}},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"},
+			{Type: "redirect"}, {Type: "basic_auth"}, {Type: "compress"}},
 	}
 	staticSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -79,6 +81,7 @@ var (
 			{Name: "default_type"},
 			{Name: "precompressed"},
 			{Name: "max_ranges"},
+			{Name: "fallback"},
 		},
 	}
 	respondSchema = &hcl.BodySchema{
@@ -172,6 +175,7 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 	for _, b := range blocks["rate_limit"] {
 		d.rateLimit(b, cfg, classes, classPrefixes)
 	}
+	d.checkAuths(cfg)
 	intAttr(d, content.Attributes, "rate_limit_entries", "rate_limit_entries", 1, 10000000, &cfg.RateLimitEntries)
 	if b := d.single(blocks, "cors"); b != nil {
 		cfg.CORS = d.cors(b)

@@ -197,8 +197,9 @@ type Limits struct {
 	DeathPenaltyMaxClients int
 }
 
-// Route is one `route "PREFIX" { ... }` block; exactly one of Static and
-// Respond is non-nil. Config.Routes keeps the order of the file.
+// Route is one `route "PREFIX" { ... }` block; exactly one handler (Static,
+// Respond, Redirect, Proxy, Metrics, Embedded) is non-nil. Config.Routes
+// keeps the order of the file.
 type Route struct {
 	Prefix string
 	// Hosts limits the route to requests whose Host matches one of these
@@ -229,6 +230,20 @@ type Route struct {
 	// Compress compresses the route's responses on the fly; nil (the
 	// default, as nginx's gzip off) compresses nothing.
 	Compress *Compress
+	// Redirect answers every request with a redirect.
+	Redirect *Redirect
+	// Access is the route's allow and deny list, evaluated in order on
+	// the client's address; nil admits every address. A non-empty list
+	// ends with a rule for every address ("allow all" or "deny all").
+	Access []AccessRule
+	// BasicAuth, when set, asks for a user and password from its htpasswd
+	// file before the handler runs.
+	BasicAuth *BasicAuth
+	// SlashRedirect answers the prefix without its trailing "/" ("/app"
+	// for "/app/") with 301 to the prefix, as nginx does for a location
+	// ending in "/" (default false: such a request matches another route,
+	// or gets 404).
+	SlashRedirect bool
 }
 
 // Static serves files under Root.
@@ -252,6 +267,9 @@ type Static struct {
 	// nearby ranges are merged: over it the whole file is sent (0..1000,
 	// default 16; 0 turns range requests off).
 	MaxRanges int
+	// Fallback is the file below Root, without its leading "/", served
+	// with 200 for a path that names no file ("" for none: 404).
+	Fallback string
 }
 
 // Respond answers every request with a fixed status and body.

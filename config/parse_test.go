@@ -480,7 +480,7 @@ route "/api/" {
 		{respond("/a\nb"), `file.hcl:4,7-14: Invalid route prefix`},
 		{respond("/a?b"), `file.hcl:4,7-13: Invalid route prefix`},
 		{respond("/x") + respond("/x"), `file.hcl:7,7-11: Duplicate route; Route "/x" is already defined at file.hcl:4,1-11.`},
-		{"route \"/x\" {\n}\n", `file.hcl:4,1-11: Missing route handler; route "/x" needs one handler block (static, respond, proxy, metrics or embedded).`},
+		{"route \"/x\" {\n}\n", `file.hcl:4,1-11: Missing route handler; route "/x" needs one handler block (static, respond, redirect, proxy, metrics or embedded).`},
 		{"route \"/x\" {\n  respond {}\n  static {\n    root = \"/\"\n  }\n}\n", `file.hcl:6,3-9: Duplicate route handler`},
 		{"route \"/x\" {\n  respond {}\n  respond {}\n}\n", `file.hcl:6,3-10: Duplicate route handler`},
 		{"route \"/x\" {\n  fastcgi {}\n}\n", `file.hcl:5,3-10: Unsupported block type`},

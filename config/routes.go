@@ -49,13 +49,10 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, keys map[routeKey]hcl.Range) 
 			d.errorf(rng, "Invalid value", "%s: class is \"request\" or \"stream\", got %q.", name, class)
 		}
 	}
-	var handlers hcl.Blocks
-	for _, blk := range content.Blocks {
-		if blk.Type != "compress" {
-			handlers = append(handlers, blk)
-			continue
-		}
-		if r.Compress != nil {
+	d.routeOptions(content, name, &r, cfg)
+	handlers := handlerBlocks(content.Blocks)
+	for i, blk := range content.Blocks.OfType("compress") {
+		if i > 0 {
 			d.errorf(blk.DefRange, "Duplicate compress block", "%s has more than one compress block.", name)
 			ok = false
 		} else if r.Compress = d.compress(blk, name); r.Compress == nil {
@@ -63,12 +60,12 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, keys map[routeKey]hcl.Range) 
 		}
 	}
 	if len(handlers) == 0 {
-		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, proxy, metrics or embedded).", name)
+		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, redirect, proxy, metrics or embedded).", name)
 		return
 	}
 	for _, h := range handlers[1:] {
 		d.errorf(h.DefRange, "Duplicate route handler",
-			"%s already has a %s block at %s; a route has exactly one handler block (static, respond, proxy, metrics or embedded).", name, handlers[0].Type, handlers[0].DefRange)
+			"%s already has a %s block at %s; a route has exactly one handler block (static, respond, redirect, proxy, metrics or embedded).", name, handlers[0].Type, handlers[0].DefRange)
 	}
 	switch h := handlers[0]; h.Type {
 	case "static":
@@ -81,8 +78,10 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, keys map[routeKey]hcl.Range) 
 		r.Metrics = d.metrics(h, name)
 	case "embedded":
 		r.Embedded = d.embedded(h, name)
+	case "redirect":
+		r.Redirect = d.redirect(h, name)
 	}
-	if ok && len(handlers) == 1 && (r.Static != nil || r.Respond != nil || r.Proxy != nil || r.Metrics != nil || r.Embedded != nil) {
+	if ok && len(handlers) == 1 && (r.Static != nil || r.Respond != nil || r.Proxy != nil || r.Metrics != nil || r.Embedded != nil || r.Redirect != nil) {
 		cfg.Routes = append(cfg.Routes, r)
 	}
 }
@@ -124,6 +123,9 @@ func (d *decoder) static(b *hcl.Block, route, base string) *Static {
 	}
 	boolAttr(d, attrs, "precompressed", route+": static.precompressed", &s.Precompressed)
 	intAttr(d, attrs, "max_ranges", route+": static.max_ranges", 0, 1000, &s.MaxRanges)
+	if !d.staticFallback(attrs, route, s) {
+		ok = false
+	}
 	if !ok {
 		return nil
 	}
@@ -152,6 +154,7 @@ func (d *decoder) respond(b *hcl.Block, route string) *Respond {
 	r := &Respond{Status: defaultStatus, ContentType: defaultContentType}
 	ok := true
 	intAttr(d, attrs, "status", route+": respond.status", 200, 599, &r.Status)
+	ok = d.respondRedirectStatus(attrs, route, r.Status)
 	if body, rng, found := stringAttr(d, attrs, "body", route+": respond.body"); found {
 		r.Body = body
 		if body != "" && (r.Status == 204 || r.Status == 304) {

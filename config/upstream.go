@@ -78,6 +78,9 @@ type Proxy struct {
 	// IdleTimeout closes an upgraded connection after this long without a
 	// byte in either direction (1s..24h, default 60s).
 	IdleTimeout time.Duration
+	// RewritePrefix replaces the route's prefix in the path sent upstream
+	// ("" leaves the path as the client sent it; strip_prefix is "/").
+	RewritePrefix string
 }
 
 // Upgrades reports whether the proxy forwards an Upgrade to protocol
@@ -127,6 +130,7 @@ var (
 	}}
 	proxySchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 		{Name: "upstream", Required: true}, {Name: "rewrite_redirects"}, {Name: "upgrade"}, {Name: "idle_timeout"},
+		{Name: "strip_prefix"}, {Name: "rewrite_prefix"},
 	}}
 	metricsSchema   = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "allow", Required: true}}}
 	embeddedSchema  = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "name", Required: true}}}
@@ -217,6 +221,7 @@ func (d *decoder) proxy(b *hcl.Block, route string) *Proxy {
 		p.Upgrade = append(p.Upgrade, strings.ToLower(u))
 	}
 	durationAttr(d, attrs, "idle_timeout", route+": proxy.idle_timeout", time.Second, 24*time.Hour, &p.IdleTimeout)
+	d.proxyRewrite(attrs, route, p)
 	return p
 }
 

@@ -20,6 +20,9 @@ type decoder struct {
 	// every listener is read.
 	redirects []redirectRef
 	host      *hostChecks // nil: the host checks are skipped
+	// auths are the basic_auth blocks, checked against the rate limit
+	// classes and the Hello budget at the end.
+	auths []authRef
 }
 
 func (d *decoder) add(diags hcl.Diagnostics) { d.diags = append(d.diags, diags...) }

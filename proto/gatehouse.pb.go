@@ -1753,7 +1753,12 @@ type Hello struct {
 	// ticket_keys are the TLS session ticket keys, the current one first.
 	TicketKeys [][]byte `protobuf:"bytes,7,rep,name=ticket_keys,json=ticketKeys,proto3" json:"ticket_keys,omitempty"`
 	// threads is the worker's GOMAXPROCS; 0 leaves the runtime's choice.
-	Threads       uint32 `protobuf:"varint,8,opt,name=threads,proto3" json:"threads,omitempty"`
+	Threads uint32 `protobuf:"varint,8,opt,name=threads,proto3" json:"threads,omitempty"`
+	// htpasswd are the entries of the basic_auth routes' htpasswd files,
+	// which workers cannot open: the supervisor reads them at start and on
+	// every reload. They count against the frame's 64 KiB (the
+	// configuration refuses more than 32 KiB of them).
+	Htpasswd      []*HtpasswdFile `protobuf:"bytes,20,rep,name=htpasswd,proto3" json:"htpasswd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1844,6 +1849,120 @@ func (x *Hello) GetThreads() uint32 {
 	return 0
 }
 
+func (x *Hello) GetHtpasswd() []*HtpasswdFile {
+	if x != nil {
+		return x.Htpasswd
+	}
+	return nil
+}
+
+// HtpasswdFile is one htpasswd file's entries, in its order.
+type HtpasswdFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is the path as the configuration resolved it (BasicAuth.File).
+	File          string          `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Users         []*HtpasswdUser `protobuf:"bytes,2,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HtpasswdFile) Reset() {
+	*x = HtpasswdFile{}
+	mi := &file_gatehouse_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HtpasswdFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HtpasswdFile) ProtoMessage() {}
+
+func (x *HtpasswdFile) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HtpasswdFile.ProtoReflect.Descriptor instead.
+func (*HtpasswdFile) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *HtpasswdFile) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *HtpasswdFile) GetUsers() []*HtpasswdUser {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+// HtpasswdUser is one entry: a user name and its bcrypt hash.
+type HtpasswdUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Hash          string                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HtpasswdUser) Reset() {
+	*x = HtpasswdUser{}
+	mi := &file_gatehouse_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HtpasswdUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HtpasswdUser) ProtoMessage() {}
+
+func (x *HtpasswdUser) ProtoReflect() protoreflect.Message {
+	mi := &file_gatehouse_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HtpasswdUser.ProtoReflect.Descriptor instead.
+func (*HtpasswdUser) Descriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *HtpasswdUser) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HtpasswdUser) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
 // SandboxLayer reports one sandbox layer's outcome.
 type SandboxLayer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1856,7 +1975,7 @@ type SandboxLayer struct {
 
 func (x *SandboxLayer) Reset() {
 	*x = SandboxLayer{}
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1987,7 @@ func (x *SandboxLayer) String() string {
 func (*SandboxLayer) ProtoMessage() {}
 
 func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[21]
+	mi := &file_gatehouse_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2000,7 @@ func (x *SandboxLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLayer.ProtoReflect.Descriptor instead.
 func (*SandboxLayer) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{21}
+	return file_gatehouse_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SandboxLayer) GetName() string {
@@ -1918,7 +2037,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2049,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[22]
+	mi := &file_gatehouse_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2062,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{22}
+	return file_gatehouse_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ready) GetPid() uint32 {
@@ -1998,7 +2117,7 @@ type Dispatch struct {
 
 func (x *Dispatch) Reset() {
 	*x = Dispatch{}
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2129,7 @@ func (x *Dispatch) String() string {
 func (*Dispatch) ProtoMessage() {}
 
 func (x *Dispatch) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[23]
+	mi := &file_gatehouse_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2142,7 @@ func (x *Dispatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
 func (*Dispatch) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{23}
+	return file_gatehouse_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Dispatch) GetConnId() uint64 {
@@ -2137,7 +2256,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2268,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[24]
+	mi := &file_gatehouse_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2281,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{24}
+	return file_gatehouse_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Done) GetConnId() uint64 {
@@ -2251,7 +2370,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2382,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[25]
+	mi := &file_gatehouse_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2395,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{25}
+	return file_gatehouse_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -2296,7 +2415,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_gatehouse_proto_msgTypes[26]
+	mi := &file_gatehouse_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2427,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[26]
+	mi := &file_gatehouse_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2440,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{26}
+	return file_gatehouse_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -2351,7 +2470,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_gatehouse_proto_msgTypes[27]
+	mi := &file_gatehouse_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2482,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[27]
+	mi := &file_gatehouse_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2495,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{27}
+	return file_gatehouse_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Drain) GetRetire() bool {
@@ -2402,7 +2521,7 @@ type TLSCertificate struct {
 
 func (x *TLSCertificate) Reset() {
 	*x = TLSCertificate{}
-	mi := &file_gatehouse_proto_msgTypes[28]
+	mi := &file_gatehouse_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2533,7 @@ func (x *TLSCertificate) String() string {
 func (*TLSCertificate) ProtoMessage() {}
 
 func (x *TLSCertificate) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[28]
+	mi := &file_gatehouse_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2546,7 @@ func (x *TLSCertificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSCertificate.ProtoReflect.Descriptor instead.
 func (*TLSCertificate) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{28}
+	return file_gatehouse_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TLSCertificate) GetListener() string {
@@ -2480,7 +2599,7 @@ type Sign struct {
 
 func (x *Sign) Reset() {
 	*x = Sign{}
-	mi := &file_gatehouse_proto_msgTypes[29]
+	mi := &file_gatehouse_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2611,7 @@ func (x *Sign) String() string {
 func (*Sign) ProtoMessage() {}
 
 func (x *Sign) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[29]
+	mi := &file_gatehouse_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2624,7 @@ func (x *Sign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sign.ProtoReflect.Descriptor instead.
 func (*Sign) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{29}
+	return file_gatehouse_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Sign) GetKeyId() uint32 {
@@ -2554,7 +2673,7 @@ type SignReply struct {
 
 func (x *SignReply) Reset() {
 	*x = SignReply{}
-	mi := &file_gatehouse_proto_msgTypes[30]
+	mi := &file_gatehouse_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2685,7 @@ func (x *SignReply) String() string {
 func (*SignReply) ProtoMessage() {}
 
 func (x *SignReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[30]
+	mi := &file_gatehouse_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2698,7 @@ func (x *SignReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignReply.ProtoReflect.Descriptor instead.
 func (*SignReply) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{30}
+	return file_gatehouse_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SignReply) GetSignature() []byte {
@@ -2609,7 +2728,7 @@ type TicketKeys struct {
 
 func (x *TicketKeys) Reset() {
 	*x = TicketKeys{}
-	mi := &file_gatehouse_proto_msgTypes[31]
+	mi := &file_gatehouse_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2740,7 @@ func (x *TicketKeys) String() string {
 func (*TicketKeys) ProtoMessage() {}
 
 func (x *TicketKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[31]
+	mi := &file_gatehouse_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2753,7 @@ func (x *TicketKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TicketKeys.ProtoReflect.Descriptor instead.
 func (*TicketKeys) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{31}
+	return file_gatehouse_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TicketKeys) GetKeys() [][]byte {
@@ -2655,7 +2774,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_gatehouse_proto_msgTypes[32]
+	mi := &file_gatehouse_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2786,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_gatehouse_proto_msgTypes[32]
+	mi := &file_gatehouse_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2799,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{32}
+	return file_gatehouse_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Forget) GetConnId() uint64 {
@@ -2786,7 +2905,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x05level\x18\x01 \x01(\tR\x05level\"\v\n" +
 	"\tAccessLog\"\x1a\n" +
 	"\bPressure\x12\x0e\n" +
-	"\x02on\x18\x01 \x01(\bR\x02on\"\x97\x02\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\"\xcf\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\rR\bworkerId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x1f\n" +
@@ -2797,7 +2916,14 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\fcertificates\x18\x06 \x03(\v2\x1c.gatehouse.v1.TLSCertificateR\fcertificates\x12\x1f\n" +
 	"\vticket_keys\x18\a \x03(\fR\n" +
 	"ticketKeys\x12\x18\n" +
-	"\athreads\x18\b \x01(\rR\athreads\"T\n" +
+	"\athreads\x18\b \x01(\rR\athreads\x126\n" +
+	"\bhtpasswd\x18\x14 \x03(\v2\x1a.gatehouse.v1.HtpasswdFileR\bhtpasswd\"T\n" +
+	"\fHtpasswdFile\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x120\n" +
+	"\x05users\x18\x02 \x03(\v2\x1a.gatehouse.v1.HtpasswdUserR\x05users\"6\n" +
+	"\fHtpasswdUser\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash\"T\n" +
 	"\fSandboxLayer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aapplied\x18\x02 \x01(\bR\aapplied\x12\x16\n" +
@@ -2899,7 +3025,7 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 }
 
 var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_gatehouse_proto_goTypes = []any{
 	(Disposition)(0),        // 0: gatehouse.v1.Disposition
 	(Handback)(0),           // 1: gatehouse.v1.Handback
@@ -2925,27 +3051,29 @@ var file_gatehouse_proto_goTypes = []any{
 	(*AccessLog)(nil),       // 21: gatehouse.v1.AccessLog
 	(*Pressure)(nil),        // 22: gatehouse.v1.Pressure
 	(*Hello)(nil),           // 23: gatehouse.v1.Hello
-	(*SandboxLayer)(nil),    // 24: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 25: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 26: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 27: gatehouse.v1.Done
-	(*Ping)(nil),            // 28: gatehouse.v1.Ping
-	(*Pong)(nil),            // 29: gatehouse.v1.Pong
-	(*Drain)(nil),           // 30: gatehouse.v1.Drain
-	(*TLSCertificate)(nil),  // 31: gatehouse.v1.TLSCertificate
-	(*Sign)(nil),            // 32: gatehouse.v1.Sign
-	(*SignReply)(nil),       // 33: gatehouse.v1.SignReply
-	(*TicketKeys)(nil),      // 34: gatehouse.v1.TicketKeys
-	(*Forget)(nil),          // 35: gatehouse.v1.Forget
+	(*HtpasswdFile)(nil),    // 24: gatehouse.v1.HtpasswdFile
+	(*HtpasswdUser)(nil),    // 25: gatehouse.v1.HtpasswdUser
+	(*SandboxLayer)(nil),    // 26: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),           // 27: gatehouse.v1.Ready
+	(*Dispatch)(nil),        // 28: gatehouse.v1.Dispatch
+	(*Done)(nil),            // 29: gatehouse.v1.Done
+	(*Ping)(nil),            // 30: gatehouse.v1.Ping
+	(*Pong)(nil),            // 31: gatehouse.v1.Pong
+	(*Drain)(nil),           // 32: gatehouse.v1.Drain
+	(*TLSCertificate)(nil),  // 33: gatehouse.v1.TLSCertificate
+	(*Sign)(nil),            // 34: gatehouse.v1.Sign
+	(*SignReply)(nil),       // 35: gatehouse.v1.SignReply
+	(*TicketKeys)(nil),      // 36: gatehouse.v1.TicketKeys
+	(*Forget)(nil),          // 37: gatehouse.v1.Forget
 }
 var file_gatehouse_proto_depIdxs = []int32{
 	23, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	25, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	26, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	27, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	28, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	29, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	30, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	27, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	28, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	29, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	30, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	31, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	32, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
 	10, // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
 	15, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
 	17, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
@@ -2964,21 +3092,23 @@ var file_gatehouse_proto_depIdxs = []int32{
 	22, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
 	4,  // 23: gatehouse.v1.Frame.stream_start:type_name -> gatehouse.v1.StreamStart
 	5,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
-	32, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
-	33, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
-	34, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
-	35, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
+	34, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
+	35, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
+	36, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
+	37, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
 	7,  // 29: gatehouse.v1.Frame.body_progress:type_name -> gatehouse.v1.BodyProgress
-	31, // 30: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
-	24, // 31: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 32: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	2,  // 33: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	1,  // 34: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	33, // 30: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
+	24, // 31: gatehouse.v1.Hello.htpasswd:type_name -> gatehouse.v1.HtpasswdFile
+	25, // 32: gatehouse.v1.HtpasswdFile.users:type_name -> gatehouse.v1.HtpasswdUser
+	26, // 33: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	0,  // 34: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	2,  // 35: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	1,  // 36: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_gatehouse_proto_init() }
@@ -3024,7 +3154,7 @@ func file_gatehouse_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -96,6 +96,7 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 		BaseDir:      cfg.BaseDir,
 		Certificates: w.keys.hello(),
 		TicketKeys:   d.tickets.keys,
+		Htpasswd:     htpasswdFiles(cfg),
 	}}}, -1)
 	if cfg.Log.AccessLog {
 		d.sendAccessLog(w)

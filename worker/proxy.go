@@ -38,11 +38,14 @@ type proxyHandler struct {
 	pool *upstreamPool
 	cfg  config.Proxy
 	rp   *httputil.ReverseProxy
+	// base is the route's prefix without its trailing "/", replaced by
+	// cfg.RewritePrefix in the path sent upstream when that is set.
+	base string
 }
 
 // newProxy returns the handler of a proxy route.
-func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy) http.Handler {
-	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p}
+func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string) http.Handler {
+	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, base: strings.TrimSuffix(prefix, "/")}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,
@@ -72,6 +75,9 @@ func (h *proxyHandler) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = h.pool.up.Name
 	pr.Out.Host = pr.In.Host
+	if h.cfg.RewritePrefix != "" {
+		replacePrefix(pr.Out.URL, h.base, h.cfg.RewritePrefix)
+	}
 	stripClientHeaders(pr.Out.Header)
 	h.w.setForwarded(pr)
 }

@@ -428,6 +428,8 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 		cs.w.answerPreflight(rw, req)
 	case !cs.allowed(ctx, rw, req):
 		// answered 429 or 503
+	case !cs.admit(ctx, rw, req, rt):
+		// answered 403, 401 or 429
 	default:
 		if buffered(rt, head, maxBody, lim.MaxBodyBytes) {
 			if status, why := cs.bufferBody(ctx, req, head, body, maxBody); status != 0 {

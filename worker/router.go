@@ -39,10 +39,17 @@ type route struct {
 	stream bool
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
 	// headOnly: answered from the head alone, the body never read, so no
-	// body cap applies (https_redirect).
+	// body cap applies (https_redirect, redirect).
 	headOnly bool
 	// compress compresses the responses on the fly; nil: never.
 	compress *compression
+	// access is the route's allow and deny list (nil: every address).
+	access []config.AccessRule
+	// auth asks for basic auth credentials (nil: none).
+	auth *basicAuth
+	// slash answers the prefix without its trailing "/" (slash_redirect),
+	// or is nil.
+	slash *route
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
@@ -64,9 +71,11 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up, r.Proxy))
+			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
+		case r.Redirect != nil:
+			h = newRedirect(r.Prefix, r.Redirect)
 		case r.Embedded != nil:
 			if h = w.opts.Handlers[r.Embedded.Name]; h == nil {
 				return nil, fmt.Errorf("route %q: this program has no handler %q", r.Prefix, r.Embedded.Name)
@@ -75,7 +84,13 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
 		rr := route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
-			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil}
+			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil && r.Redirect == nil, headOnly: r.Redirect != nil, access: r.Access}
+		if r.BasicAuth != nil {
+			rr.auth = newBasicAuth(r.BasicAuth)
+		}
+		if r.SlashRedirect {
+			rr.slash = &route{prefix: r.Prefix, handler: slashRedirect(r.Prefix), headOnly: true}
+		}
 		if r.Compress != nil {
 			rr.compress = newCompression(r.Compress, pools)
 		}
@@ -118,12 +133,22 @@ func (rt *router) match(host, path string) *route {
 			return &rt.hosts.misdirected
 		}
 	}
+	// A slash redirect ("/app" for "/app/") yields to a route of exactly
+	// that prefix, not to a shorter one ("/").
+	var slash *route
 	for i := range set {
-		if matchPrefix(set[i].prefix, path) {
-			return &set[i]
+		r := &set[i]
+		if matchPrefix(r.prefix, path) {
+			if slash != nil && len(r.prefix) < len(path) {
+				return slash
+			}
+			return r
+		}
+		if slash == nil && r.slash != nil && len(path) == len(r.prefix)-1 && strings.HasPrefix(r.prefix, path) {
+			slash = r.slash
 		}
 	}
-	return nil
+	return slash
 }
 
 // serve runs the handler of route rr (nil: no route matched).

@@ -314,6 +314,9 @@ func (w *Worker) hello(h *proto.Hello) error {
 	if err != nil {
 		return fmt.Errorf("parsing configuration from Hello: %w", err)
 	}
+	if err := cfg.SetHtpasswd(htpasswdOf(h.GetHtpasswd())); err != nil {
+		return fmt.Errorf("htpasswd entries from Hello: %w", err)
+	}
 	rt, err := newRouter(w, cfg, w.roots)
 	if err != nil {
 		return err

@@ -39,7 +39,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name, dir, status := resolvePath(strings.TrimPrefix(r.URL.Path, h.prefix))
-	if status != 0 {
+	switch status {
+	case 0:
+	case http.StatusNotFound:
+		h.missing(w, r)
+		return
+	default:
 		errorPage(w, status)
 		return
 	}
@@ -64,7 +69,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case fi.IsDir():
 		h.serveDir(w, r, name, f)
 	case dir || !fi.Mode().IsRegular():
-		errorPage(w, http.StatusNotFound)
+		h.missing(w, r)
 	default:
 		h.serveFile(w, r, name, f, fi)
 	}
@@ -225,10 +230,38 @@ func (w representation) ReadFrom(src io.Reader) (int64, error) {
 // fail answers an error from opening or reading a name below the root.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
-	if status == http.StatusInternalServerError {
+	switch status {
+	case http.StatusInternalServerError:
 		h.log.Error("serving a static file", "path", r.URL.Path, "error", err)
+	case http.StatusNotFound:
+		h.missing(w, r)
+		return
 	}
 	errorPage(w, status)
+}
+
+// missing answers a path that names no file: with the fallback file and
+// 200 when the route has one (nginx's try_files, for a single-page
+// application whose paths are its own), else 404.
+func (h *Handler) missing(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Fallback == "" {
+		errorPage(w, http.StatusNotFound)
+		return
+	}
+	f, err := h.root.OpenFile(h.cfg.Fallback, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		h.log.Warn("static fallback unavailable", "fallback", h.cfg.Fallback, "error", err)
+		errorPage(w, http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		h.log.Warn("static fallback is not a regular file", "fallback", h.cfg.Fallback)
+		errorPage(w, http.StatusNotFound)
+		return
+	}
+	h.serveFile(w, r, h.cfg.Fallback, f, fi)
 }
 
 // statusOf maps an error from the root to a status. What a request names

@@ -1,0 +1,181 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Basic auth (RFC 7617) against a route's htpasswd entries, checked in the
+// worker: bcrypt is deliberately slow (about 2^cost rounds: a few ms at
+// `htpasswd -B`'s cost 5, some 50 ms at 10), and that CPU is spent here, in
+// the sandbox, never in the supervisor's loop. Two bounded tables keep it
+// in check: credentials that verified are remembered (browsers send them
+// with every request), and a client whose failures ran out its fail_class
+// bucket is answered 429 without a bcrypt run until the supervisor's
+// Retry-After has passed.
+
+// Bounds of a basicAuth's tables; at the bound a table is emptied, which
+// costs the next requests a bcrypt run each, never a wrong answer.
+const (
+	maxVerifiedCredentials = 1024
+	maxThrottledClients    = 4096
+)
+
+// basicAuth is one route's basic_auth. Its configuration fields are
+// immutable; mu guards the tables.
+type basicAuth struct {
+	challenge string            // the WWW-Authenticate value
+	users     map[string][]byte // name → bcrypt hash
+	// decoy is a hash compared for an unknown user, so that the answer
+	// takes as long as for a known one and does not tell them apart.
+	decoy     []byte
+	failClass string // the rate limit class a failure is charged to, or ""
+
+	mu sync.Mutex
+	// verified holds SHA-256(name, password, hash) of credentials that
+	// verified; throttled holds, per client, when its fail_class bucket
+	// has a token again.
+	verified  map[[32]byte]struct{}
+	throttled map[netip.Addr]time.Time
+}
+
+func newBasicAuth(cfg *config.BasicAuth) *basicAuth {
+	a := &basicAuth{
+		challenge: `Basic realm="` + cfg.Realm + `"`,
+		users:     make(map[string][]byte, len(cfg.Users)),
+		failClass: cfg.FailClass,
+		verified:  map[[32]byte]struct{}{},
+		throttled: map[netip.Addr]time.Time{},
+	}
+	for _, u := range cfg.Users {
+		a.users[u.Name] = []byte(u.Hash)
+	}
+	if len(cfg.Users) > 0 {
+		a.decoy = []byte(cfg.Users[0].Hash)
+	}
+	return a
+}
+
+// verify reports whether name and password match an entry.
+func (a *basicAuth) verify(name, password string) bool {
+	hash, known := a.users[name]
+	if !known {
+		hash = a.decoy
+	}
+	key := credentialKey(name, password, hash)
+	a.mu.Lock()
+	_, ok := a.verified[key]
+	a.mu.Unlock()
+	if ok {
+		return known
+	}
+	if hash == nil || bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || !known {
+		return false
+	}
+	a.mu.Lock()
+	if len(a.verified) >= maxVerifiedCredentials {
+		clear(a.verified)
+	}
+	a.verified[key] = struct{}{}
+	a.mu.Unlock()
+	return true
+}
+
+// credentialKey is what verified remembers of a credential: a digest tied
+// to the entry's hash, so that a changed entry never matches.
+func credentialKey(name, password string, hash []byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(strconv.Itoa(len(name))))
+	h.Write([]byte{':'})
+	h.Write([]byte(name))
+	h.Write([]byte(strconv.Itoa(len(password))))
+	h.Write([]byte{':'})
+	h.Write([]byte(password))
+	h.Write(hash)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+// throttledFor returns how long client stays refused, or 0.
+func (a *basicAuth) throttledFor(client netip.Addr, now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until, ok := a.throttled[client]
+	if !ok {
+		return 0
+	}
+	if d := until.Sub(now); d > 0 {
+		return d
+	}
+	delete(a.throttled, client)
+	return 0
+}
+
+func (a *basicAuth) throttle(client netip.Addr, until time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.throttled) >= maxThrottledClients {
+		clear(a.throttled)
+	}
+	a.throttled[client] = until
+}
+
+// authorized answers a request without valid credentials: 401 with the
+// challenge, or 429 once the client's failures ran out its fail_class
+// bucket. Each failure (credentials sent that do not verify) is charged to
+// that class at the supervisor, against the key it derives itself. It
+// reports whether the request may go on.
+func (cs *connServer) authorized(ctx context.Context, rw http.ResponseWriter, req *http.Request, a *basicAuth, client netip.Addr) bool {
+	name, password, sent := req.BasicAuth()
+	if sent {
+		if d := a.throttledFor(client, time.Now()); d > 0 {
+			tooManyAttempts(rw, d)
+			return false
+		}
+		if a.verify(name, password) {
+			return true
+		}
+		if a.failClass != "" {
+			m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: a.failClass}
+			r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
+			if err == nil && !r.f.GetRateReply().GetAllowed() {
+				d := time.Duration(max(r.f.GetRateReply().GetRetryAfterMs(), 1000)) * time.Millisecond
+				a.throttle(client, time.Now().Add(d))
+				tooManyAttempts(rw, d)
+				return false
+			}
+		}
+	}
+	rw.Header().Set("Www-Authenticate", a.challenge)
+	http.Error(rw, "401 unauthorized", http.StatusUnauthorized)
+	return false
+}
+
+// htpasswdOf returns Hello's htpasswd entries by file.
+func htpasswdOf(files []*proto.HtpasswdFile) map[string][]config.HtpasswdUser {
+	m := make(map[string][]config.HtpasswdUser, len(files))
+	for _, f := range files {
+		users := make([]config.HtpasswdUser, 0, len(f.GetUsers()))
+		for _, u := range f.GetUsers() {
+			users = append(users, config.HtpasswdUser{Name: u.GetName(), Hash: u.GetHash()})
+		}
+		m[f.GetFile()] = users
+	}
+	return m
+}
+
+// tooManyAttempts answers 429 with Retry-After in whole seconds.
+func tooManyAttempts(rw http.ResponseWriter, d time.Duration) {
+	rw.Header().Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
+	http.Error(rw, "429 too many failed logins", http.StatusTooManyRequests)
+}
