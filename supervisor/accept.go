@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -89,14 +90,14 @@ func (d *dispatcher) pauseAccept(now time.Time, why string) {
 // peer) refuses a newcomer; the queued-connection cap makes room instead, by
 // closing the oldest incomplete connection of the heaviest client.
 func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, tls bool, now time.Time) {
-	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
+	key := limits.ClientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
 	cl := d.clients[key]
 	if cl == nil {
 		cl = newClient(key, d.trusted(peer.Addr()), &d.conns)
 	}
 	refuse := ""
 	switch {
-	case !cl.trusted && d.penalties.penalized(key, now):
+	case !cl.trusted && d.penalties.Penalized(key, now):
 		refuse = refusedPenalty
 	case proxy && !cl.trusted:
 		refuse = refusedProxyUntrusted

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 )
 
 // Refusal reasons at admission.
@@ -134,7 +135,7 @@ type Snapshot struct {
 	Deaths []DeathCount
 	// Penalties are the client keys refused now, or present at worker
 	// deaths within the last minute.
-	Penalties []PenaltyInfo
+	Penalties []limits.PenaltyInfo
 	// Upstreams are the configured upstreams, by name.
 	Upstreams []UpstreamInfo
 	// Certificates are the TLS listeners' certificates, as loaded.
@@ -267,7 +268,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			// A gauge, not a counter: the rate limiter's buckets now.
 		},
 	}
-	s.RateLimitBuckets = d.limiter.len()
+	s.RateLimitBuckets = d.limiter.Len()
 	s.Certificates = d.keys.certificates()
 	s.CertificateErrors = d.keys.failures()
 	d.headSnapshot(&s)
@@ -301,7 +302,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			BodyConns: cl.bodyConns, BodyBytes: cl.bodyBytes})
 	}
 	// Keys in the penalty box, with their connections if they hold any.
-	s.Penalties = d.penalties.list(now)
+	s.Penalties = d.penalties.List(now)
 	for _, p := range s.Penalties {
 		i := slices.IndexFunc(s.Clients, func(c ClientInfo) bool { return c.Key == p.Key })
 		if i < 0 {
@@ -310,7 +311,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		}
 		s.Clients[i].Penalty, s.Clients[i].Deaths = p.Remaining, p.Deaths
 	}
-	s.Counters["client_penalties"] = d.penalties.penalties
+	s.Counters["client_penalties"] = d.penalties.Penalties()
 	for _, w := range d.workers {
 		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, TLS: w.tls, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {

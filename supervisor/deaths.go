@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 )
 
 // Why a worker died: the reason label of gatehouse_worker_deaths_total. A
@@ -107,9 +109,9 @@ func (d *dispatcher) connsLost(w *workerProc, reason string, held []lostConn, no
 			continue
 		}
 		struck[h.client] = true
-		if d.penalties.strike(h.client, now) {
+		if d.penalties.Strike(h.client, now) {
 			d.log.Warn("client refused: it had connections at dying workers too often",
-				"client", d.logClient(h.client), "deaths", d.penalties.threshold, "within", penaltyWindow, "refused_for", d.penalties.duration)
+				"client", d.logClient(h.client), "deaths", d.penalties.Threshold(), "within", limits.PenaltyWindow, "refused_for", d.penalties.Duration())
 		}
 	}
 	args := []any{"worker", w.slot, "pid", w.pid, "reason", reason, "connections", strings.Join(names, ", ")}

@@ -5,7 +5,6 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 )
@@ -316,14 +315,4 @@ func (h *loopHarness) checkInvariants() {
 	if err != nil {
 		h.t.Fatalf("invariants broken:\n%v", err)
 	}
-}
-
-// has reports whether the limiter holds a bucket of client.
-func (l *limiter) has(client netip.Addr) bool {
-	for k := range l.buckets {
-		if k.client == client {
-			return true
-		}
-	}
-	return false
 }

@@ -177,9 +177,9 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	d.reloadListeners(m.added)
 	d.s.access.set(m.accessFD)
 	d.setUpstreams()
-	d.limiter.max = d.cfg.RateLimitEntries
+	d.limiter.SetMax(d.cfg.RateLimitEntries)
 	l := d.cfg.Limits
-	d.penalties.configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
+	d.penalties.Configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
 	oldKeys := d.keys
 	d.keys = m.keys
 	if len(d.keys.hello()) > 0 && d.tickets.rotated.IsZero() {

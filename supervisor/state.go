@@ -9,6 +9,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -83,7 +84,7 @@ type connTable struct {
 	clients map[netip.Addr]*client
 
 	// penalties refuses client keys present at too many worker deaths.
-	penalties *penaltyBox
+	penalties *limits.PenaltyBox
 	// keys holds the TLS certificates and private keys new workers get:
 	// read at start, and again by every reload.
 	keys    *keyring
@@ -129,7 +130,7 @@ type broker struct {
 	// heldFDs counts the supervisor's copies of upstream sockets held by
 	// workers, which the descriptor reserve arithmetic adds to the clients'.
 	heldFDs int
-	limiter *limiter
+	limiter *limits.Limiter
 	// rateKeys holds, by connection id, the client key the dispatcher
 	// derived from X-Forwarded-For in the head of a trusted proxy's
 	// connection at a worker (rateKey), when it differs from the proxy's
@@ -155,7 +156,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		connTable: connTable{
 			clients: make(map[netip.Addr]*client),
 			keys:    boot.keys,
-			penalties: newPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
+			penalties: limits.NewPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
 				boot.cfg.Limits.DeathPenaltyDuration, boot.cfg.Limits.DeathPenaltyMaxClients),
 		},
 		workerSet: workerSet{
@@ -164,7 +165,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			share: boot.cfg.Workers.Share(),
 		},
 		broker: broker{
-			limiter:   newLimiter(boot.cfg.RateLimitEntries),
+			limiter:   limits.NewLimiter(boot.cfg.RateLimitEntries),
 			upstreams: make(map[string]*upstreamState),
 		},
 		c: counters{

@@ -1,4 +1,4 @@
-package supervisor
+package limits
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 func TestPenaltyBox(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	a, b := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
-	box := newPenaltyBox(3, time.Minute, 100)
+	box := NewPenaltyBox(3, time.Minute, 100)
 	steps := []struct {
 		at       time.Duration
 		strike   netip.Addr
@@ -31,20 +31,20 @@ func TestPenaltyBox(t *testing.T) {
 	}
 	for i, s := range steps {
 		now := t0.Add(s.at)
-		if got := box.strike(s.strike, now); got != s.want {
+		if got := box.Strike(s.strike, now); got != s.want {
 			t.Errorf("step %d: strike(%v) at %v = %v, want %v", i, s.strike, s.at, got, s.want)
 		}
-		if got := box.penalized(a, now); got != s.refusedA {
+		if got := box.Penalized(a, now); got != s.refusedA {
 			t.Errorf("step %d: penalized(a) at %v = %v, want %v", i, s.at, got, s.refusedA)
 		}
 	}
-	if box.penalized(b, t0.Add(122*time.Second)) {
+	if box.Penalized(b, t0.Add(122*time.Second)) {
 		t.Error("b penalized")
 	}
-	if box.penalties != 1 {
-		t.Errorf("penalties = %d, want 1", box.penalties)
+	if box.Penalties() != 1 {
+		t.Errorf("penalties = %d, want 1", box.Penalties())
 	}
-	l := box.list(t0.Add(122 * time.Second))
+	l := box.List(t0.Add(122 * time.Second))
 	if len(l) != 2 || l[0].Key != "127.0.0.2" || l[0].Deaths != 1 || l[0].Refused != 3 || l[0].Remaining != 0 {
 		t.Errorf("list = %+v", l)
 	}
@@ -54,19 +54,19 @@ func TestPenaltyBox(t *testing.T) {
 // so a flood of addresses costs memory only up to the bound.
 func TestPenaltyBoxBounded(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
-	box := newPenaltyBox(1, time.Hour, 10)
+	box := NewPenaltyBox(1, time.Hour, 10)
 	first := netip.MustParseAddr("10.0.0.1")
-	box.strike(first, t0)
-	if !box.penalized(first, t0) {
+	box.Strike(first, t0)
+	if !box.Penalized(first, t0) {
 		t.Fatal("threshold 1: not penalized at once")
 	}
 	for i := 0; i < 1000; i++ {
-		box.strike(netip.MustParseAddr(fmt.Sprintf("10.1.%d.%d", i/256, i%256)), t0)
+		box.Strike(netip.MustParseAddr(fmt.Sprintf("10.1.%d.%d", i/256, i%256)), t0)
 		if len(box.entries) > 10 {
 			t.Fatalf("after %d keys the box holds %d entries, over its bound 10", i+2, len(box.entries))
 		}
 	}
-	if box.penalized(first, t0) {
+	if box.Penalized(first, t0) {
 		t.Error("the least recently struck key was kept past the bound")
 	}
 	n := 0
@@ -76,13 +76,13 @@ func TestPenaltyBoxBounded(t *testing.T) {
 	if n != len(box.entries) {
 		t.Errorf("LRU list holds %d entries, map %d", n, len(box.entries))
 	}
-	box.configure(1, time.Hour, 3)
+	box.Configure(1, time.Hour, 3)
 	if len(box.entries) != 3 || box.lru.Len() != 3 {
 		t.Errorf("after lowering the bound to 3: %d entries", len(box.entries))
 	}
 	// Off: nothing is struck.
-	box.configure(0, time.Hour, 3)
-	if box.strike(netip.MustParseAddr("10.9.9.9"), t0) {
+	box.Configure(0, time.Hour, 3)
+	if box.Strike(netip.MustParseAddr("10.9.9.9"), t0) {
 		t.Error("threshold 0 penalized")
 	}
 }

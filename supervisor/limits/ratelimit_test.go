@@ -1,4 +1,4 @@
-package supervisor
+package limits
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ var loginClass = &config.RateLimit{Name: "login", Prefix: "/login", Rate: 20, Pe
 func testAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func TestTokenBucketRefill(t *testing.T) {
-	l := newLimiter(100)
+	l := NewLimiter(100)
 	c := testAddr("192.0.2.1")
 	t0 := time.Unix(1_700_000_000, 0)
 	type step struct {
@@ -42,42 +42,42 @@ func TestTokenBucketRefill(t *testing.T) {
 		{time.Hour, false, 3 * time.Second},
 	}
 	for i, s := range steps {
-		ok, wait := l.take(c, loginClass, t0.Add(s.at))
+		ok, wait := l.Take(c, loginClass, t0.Add(s.at))
 		if ok != s.ok || (!ok && (wait-s.wait).Abs() > time.Millisecond) {
 			t.Errorf("step %d at +%v: take = %v, %v; want %v, %v", i, s.at, ok, wait, s.ok, s.wait)
 		}
 	}
-	if l.len() != 1 {
-		t.Errorf("len = %d, want 1", l.len())
+	if l.Len() != 1 {
+		t.Errorf("len = %d, want 1", l.Len())
 	}
 }
 
 func TestBucketsPerClientAndClass(t *testing.T) {
-	l := newLimiter(100)
+	l := NewLimiter(100)
 	now := time.Unix(1_700_000_000, 0)
 	other := &config.RateLimit{Name: "default", Rate: 1, Per: time.Hour, Burst: 1}
 	for i := 0; i < loginClass.Burst; i++ {
-		l.take(testAddr("192.0.2.1"), loginClass, now)
+		l.Take(testAddr("192.0.2.1"), loginClass, now)
 	}
-	if ok, _ := l.take(testAddr("192.0.2.1"), loginClass, now); ok {
+	if ok, _ := l.Take(testAddr("192.0.2.1"), loginClass, now); ok {
 		t.Fatal("over the burst: allowed")
 	}
 	// Another client, and the same client in another class, have their
 	// own buckets.
-	if ok, _ := l.take(testAddr("192.0.2.2"), loginClass, now); !ok {
+	if ok, _ := l.Take(testAddr("192.0.2.2"), loginClass, now); !ok {
 		t.Error("another client: refused")
 	}
-	if ok, _ := l.take(testAddr("192.0.2.1"), other, now); !ok {
+	if ok, _ := l.Take(testAddr("192.0.2.1"), other, now); !ok {
 		t.Error("the same client in another class: refused")
 	}
-	if l.len() != 3 {
-		t.Errorf("len = %d, want 3", l.len())
+	if l.Len() != 3 {
+		t.Errorf("len = %d, want 3", l.Len())
 	}
 }
 
 // checkList verifies the LRU list against the map, and returns its keys'
 // clients from most to least recently used.
-func checkList(t *testing.T, l *limiter) []string {
+func checkList(t *testing.T, l *Limiter) []string {
 	t.Helper()
 	var order []string
 	n := 0
@@ -98,11 +98,11 @@ func checkList(t *testing.T, l *limiter) []string {
 }
 
 func TestLimiterEvictsLeastRecentlyUsed(t *testing.T) {
-	l := newLimiter(3)
+	l := NewLimiter(3)
 	now := time.Unix(1_700_000_000, 0)
 	take := func(c string) {
 		t.Helper()
-		l.take(testAddr(c), loginClass, now)
+		l.Take(testAddr(c), loginClass, now)
 		now = now.Add(time.Millisecond)
 	}
 	take("192.0.2.1")
@@ -131,14 +131,14 @@ func TestLimiterEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	// An evicted client comes back with a full bucket.
 	for i := 0; i < loginClass.Burst; i++ {
-		if ok, _ := l.take(testAddr("192.0.2.2"), loginClass, now); !ok {
+		if ok, _ := l.Take(testAddr("192.0.2.2"), loginClass, now); !ok {
 			t.Fatalf("evicted client, request %d: refused", i)
 		}
 	}
 	// A one-entry table.
-	one := newLimiter(1)
-	one.take(testAddr("192.0.2.1"), loginClass, now)
-	one.take(testAddr("192.0.2.2"), loginClass, now)
+	one := NewLimiter(1)
+	one.Take(testAddr("192.0.2.1"), loginClass, now)
+	one.Take(testAddr("192.0.2.2"), loginClass, now)
 	if got, want := fmt.Sprint(checkList(t, one)), "[192.0.2.2]"; got != want {
 		t.Errorf("one entry: order %s, want %s", got, want)
 	}
@@ -148,13 +148,13 @@ func TestLimiterEvictsLeastRecentlyUsed(t *testing.T) {
 // ones in it.
 func TestLimiterBounded(t *testing.T) {
 	const max = 1000
-	l := newLimiter(max)
+	l := NewLimiter(max)
 	now := time.Unix(1_700_000_000, 0)
 	for i := 0; i < 200*max; i++ {
 		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		l.take(a, loginClass, now)
-		if l.len() > max {
-			t.Fatalf("after %d clients: %d buckets, over %d", i+1, l.len(), max)
+		l.Take(a, loginClass, now)
+		if l.Len() > max {
+			t.Fatalf("after %d clients: %d buckets, over %d", i+1, l.Len(), max)
 		}
 	}
 	order := checkList(t, l)
@@ -174,30 +174,30 @@ func TestLimiterBounded(t *testing.T) {
 // take is O(1): its cost does not grow with the table, and a full table
 // allocates only the new bucket.
 func TestLimiterTakeAllocs(t *testing.T) {
-	l := newLimiter(1000)
+	l := NewLimiter(1000)
 	now := time.Unix(1_700_000_000, 0)
 	i := 0
 	next := func() netip.Addr {
 		i++
 		return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 	}
-	for l.len() < 1000 {
-		l.take(next(), loginClass, now)
+	for l.Len() < 1000 {
+		l.Take(next(), loginClass, now)
 	}
 	hit := testAddr("10.0.0.1")
-	l.take(hit, loginClass, now)
-	if n := testing.AllocsPerRun(1000, func() { l.take(hit, loginClass, now) }); n != 0 {
+	l.Take(hit, loginClass, now)
+	if n := testing.AllocsPerRun(1000, func() { l.Take(hit, loginClass, now) }); n != 0 {
 		t.Errorf("take of an existing bucket: %v allocations, want 0", n)
 	}
-	if n := testing.AllocsPerRun(1000, func() { l.take(next(), loginClass, now) }); n > 2 {
+	if n := testing.AllocsPerRun(1000, func() { l.Take(next(), loginClass, now) }); n > 2 {
 		t.Errorf("take of a new bucket in a full table: %v allocations, want at most 2 (bucket, map growth)", n)
 	}
 }
 
 func BenchmarkLimiterTakeFull(b *testing.B) {
-	l := newLimiter(100000)
+	l := NewLimiter(100000)
 	now := time.Unix(1_700_000_000, 0)
 	for i := 0; b.Loop(); i++ {
-		l.take(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), loginClass, now)
+		l.Take(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), loginClass, now)
 	}
 }

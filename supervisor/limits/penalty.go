@@ -1,4 +1,4 @@
-package supervisor
+package limits
 
 import (
 	"container/list"
@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// penaltyWindow is how far back the deaths a client key was present at are
+// PenaltyWindow is how far back the deaths a client key was present at are
 // counted against limits.death_penalty_threshold.
-const penaltyWindow = time.Minute
+const PenaltyWindow = time.Minute
 
-// penaltyBox refuses client keys that keep being present when workers die
+// PenaltyBox refuses client keys that keep being present when workers die
 // (docs/DESIGN.md §2.10), in the spirit of OpenSSH's PerSourcePenalties: a
 // worker dies only for a real violation by code inside it, so one client
 // whose connections are at N dying workers within a minute is likely
@@ -18,7 +18,7 @@ const penaltyWindow = time.Minute
 // while rather than allowed to keep the pool in restart backoff. It is
 // bounded: past max keys the least recently struck is forgotten. Owned by
 // the loop.
-type penaltyBox struct {
+type PenaltyBox struct {
 	threshold int // 0: penalties off
 	duration  time.Duration
 	max       int
@@ -32,29 +32,32 @@ type penaltyBox struct {
 // penaltyEntry is one client key's recent deaths and penalty.
 type penaltyEntry struct {
 	key     netip.Addr
-	deaths  []time.Time // within penaltyWindow, oldest first; fewer than threshold
+	deaths  []time.Time // within PenaltyWindow, oldest first; fewer than threshold
 	until   time.Time   // refused until then; zero when not penalized
 	refused uint64      // connections refused during its penalties
 }
 
-func newPenaltyBox(threshold int, duration time.Duration, max int) *penaltyBox {
-	b := &penaltyBox{entries: make(map[netip.Addr]*list.Element), lru: list.New()}
-	b.configure(threshold, duration, max)
+// NewPenaltyBox returns a box that refuses a key for duration once it was
+// present at threshold worker deaths within PenaltyWindow (0: never), holding
+// at most max keys.
+func NewPenaltyBox(threshold int, duration time.Duration, max int) *PenaltyBox {
+	b := &PenaltyBox{entries: make(map[netip.Addr]*list.Element), lru: list.New()}
+	b.Configure(threshold, duration, max)
 	return b
 }
 
-// configure applies (reloaded) limits; entries over a lower bound go, the
+// Configure applies (reloaded) limits; entries over a lower bound go, the
 // least recently struck first.
-func (b *penaltyBox) configure(threshold int, duration time.Duration, max int) {
+func (b *PenaltyBox) Configure(threshold int, duration time.Duration, max int) {
 	b.threshold, b.duration, b.max = threshold, duration, max
 	for len(b.entries) > b.max {
 		b.remove(b.lru.Back())
 	}
 }
 
-// strike records that key had a connection at a worker that died now. It
+// Strike records that key had a connection at a worker that died now. It
 // reports whether this penalized the key.
-func (b *penaltyBox) strike(key netip.Addr, now time.Time) bool {
+func (b *PenaltyBox) Strike(key netip.Addr, now time.Time) bool {
 	if b.threshold == 0 {
 		return false
 	}
@@ -82,8 +85,8 @@ func (b *penaltyBox) strike(key netip.Addr, now time.Time) bool {
 	return true
 }
 
-// penalized reports whether key is refused now, counting the refusal.
-func (b *penaltyBox) penalized(key netip.Addr, now time.Time) bool {
+// Penalized reports whether key is refused now, counting the refusal.
+func (b *PenaltyBox) Penalized(key netip.Addr, now time.Time) bool {
 	el := b.entries[key]
 	if el == nil {
 		return false
@@ -96,10 +99,19 @@ func (b *penaltyBox) penalized(key netip.Addr, now time.Time) bool {
 	return true
 }
 
+// Threshold is the deaths within PenaltyWindow that penalize a key.
+func (b *PenaltyBox) Threshold() int { return b.threshold }
+
+// Duration is how long a penalized key is refused.
+func (b *PenaltyBox) Duration() time.Duration { return b.duration }
+
+// Penalties counts the keys penalized since start.
+func (b *PenaltyBox) Penalties() uint64 { return b.penalties }
+
 // pruned returns e's deaths still within the window.
 func (e *penaltyEntry) pruned(now time.Time) []time.Time {
 	i := 0
-	for i < len(e.deaths) && now.Sub(e.deaths[i]) >= penaltyWindow {
+	for i < len(e.deaths) && now.Sub(e.deaths[i]) >= PenaltyWindow {
 		i++
 	}
 	return e.deaths[i:]
@@ -116,8 +128,8 @@ type PenaltyInfo struct {
 	Refused uint64
 }
 
-// list returns the keys penalized now or with deaths within the window.
-func (b *penaltyBox) list(now time.Time) []PenaltyInfo {
+// List returns the keys penalized now or with deaths within the window.
+func (b *PenaltyBox) List(now time.Time) []PenaltyInfo {
 	var out []PenaltyInfo
 	for el := b.lru.Front(); el != nil; el = el.Next() {
 		e := el.Value.(*penaltyEntry)
@@ -131,6 +143,6 @@ func (b *penaltyBox) list(now time.Time) []PenaltyInfo {
 }
 
 // remove forgets the entry at el.
-func (b *penaltyBox) remove(el *list.Element) {
+func (b *PenaltyBox) remove(el *list.Element) {
 	delete(b.entries, b.lru.Remove(el).(*penaltyEntry).key)
 }
