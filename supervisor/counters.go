@@ -264,7 +264,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			// Counted by the relay goroutines, not the loop.
 			"worker_log_lines_dropped": d.s.logDropped.Load(),
 			"log_lines_dropped":        d.s.logOutputDropped(),
-			"access_lines_rejected":    d.s.access.rejected.Load(),
+			"access_lines_rejected":    d.s.access.Rejected(),
 			// A gauge, not a counter: the rate limiter's buckets now.
 		},
 	}

@@ -60,7 +60,7 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 	}
 	// The access log file it created is given to its account, while it
 	// still may, so that it can reopen it after a rotation.
-	if err := s.access.adopt(sup, cfg.Log.AccessLogPath); err != nil {
+	if err := s.access.Adopt(sup, cfg.Log.AccessLogPath); err != nil {
 		return err
 	}
 	if s.spawner, err = s.startSpawner(worker); err != nil {

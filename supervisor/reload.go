@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -86,7 +87,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	// The access log is reopened on every reload, as on SIGUSR1: its path
 	// may have changed, or the file been rotated.
-	accessFD, _, err := openAccessLog(cfg.Log)
+	accessFD, _, err := logrelay.Open(cfg.Log)
 	if err != nil {
 		for _, a := range added {
 			unix.Close(a.fd)
@@ -175,7 +176,7 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 		cl.trusted = d.trusted(cl.key)
 	}
 	d.reloadListeners(m.added)
-	d.s.access.set(m.accessFD)
+	d.s.access.Set(m.accessFD)
 	d.setUpstreams()
 	d.limiter.SetMax(d.cfg.RateLimitEntries)
 	l := d.cfg.Limits

@@ -25,6 +25,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -42,7 +43,7 @@ type Options struct {
 	Logger hclog.Logger
 	// LogOutput, if not nil, is the Logger's output, whose dropped lines
 	// the metrics report.
-	LogOutput *LogWriter
+	LogOutput *logrelay.LogWriter
 	// WorkerPath is the program run as a worker. Default: /proc/self/exe,
 	// this executable, which the workers' unprivileged account can exec even
 	// when it cannot search the directories that lead to it.
@@ -102,7 +103,7 @@ type Supervisor struct {
 	accessLog config.Log
 	// access is the access log's destination, which every worker's relay
 	// writes to; accessRelays counts the relays running.
-	access       *accessSink
+	access       *logrelay.Sink
 	accessRelays sync.WaitGroup
 	// keys are the running TLS certificates and keys, which a reload
 	// keeps for a certificate that fails to load. +checklocks:reloadMu
@@ -180,13 +181,12 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	// Opened before privileges drop, as the listeners: the log's directory
 	// may be writable by root only. Reopening needs the file to be
 	// writable by the configured user (logrotate's create mode and owner).
-	accessFD, created, err := openAccessLog(cfg.Log)
+	accessFD, created, err := logrelay.Open(cfg.Log)
 	if err != nil {
 		s.closeListeners()
 		return nil, err
 	}
-	s.access.set(accessFD)
-	s.access.created = created
+	s.access.Start(accessFD, created)
 	// Read while the files may still be readable by root only; workers
 	// never can read them (docs/DESIGN.md §9).
 	if s.boot.keys, err = loadKeyring(cfg); err != nil {
@@ -230,7 +230,7 @@ func (s *Supervisor) closeEarly() {
 	if s.spawner != nil {
 		s.spawner.Close()
 	}
-	s.access.close()
+	s.access.Close()
 	s.reloadMu.Lock()
 	closeRoots(s.heldRoots)
 	s.heldRoots = nil
@@ -242,7 +242,7 @@ func newSupervisor(cfg *config.Config, opts Options) *Supervisor {
 	s := &Supervisor{
 		boot:      loopInit{cfg: cfg},
 		accessLog: cfg.Log,
-		access:    newAccessSink(opts.Logger),
+		access:    logrelay.NewSink(opts.Logger),
 		opts:      opts,
 		log:       opts.Logger,
 		msgs:      make(chan any, 1024),
@@ -296,7 +296,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.spawner.Close() // every worker has been reaped, or is killed now
 	}
 	s.waitAccessRelays()
-	s.access.close()
+	s.access.Close()
 	return err
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/gatehouse-dev/gatehouse/worker"
 	"github.com/hashicorp/go-hclog"
 )
@@ -91,7 +92,7 @@ func Main(args []string, stderr io.Writer) int {
 	// Logged through a bounded queue: a slow or stopped reader of standard
 	// error never holds the dispatcher loop (docs/DESIGN.md §6.4).
 	var log hclog.Logger
-	out := supervisor.NewLogWriter(stderr, func(dropped uint64) {
+	out := logrelay.NewLogWriter(stderr, func(dropped uint64) {
 		log.Warn("log lines dropped: standard error was not read fast enough", "dropped", dropped)
 	})
 	log = hclog.New(&hclog.LoggerOptions{
@@ -110,7 +111,7 @@ func Main(args []string, stderr io.Writer) int {
 
 // serve runs the supervisor for cfg until a signal or a drain, and returns the
 // exit status.
-func serve(cfg *config.Config, path string, log hclog.Logger, out *supervisor.LogWriter) int {
+func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogWriter) int {
 	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace}
 	// fail reports a startup failure in the log and on the STATUS= line;
 	// READY=1 is never sent.

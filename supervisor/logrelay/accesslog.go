@@ -1,4 +1,10 @@
-package supervisor
+// Package logrelay carries log lines out of the supervisor without letting
+// a slow destination hold it: the supervisor's own log output (LogWriter, a
+// bounded queue) and the workers' access log (Sink, which copies each
+// worker's lines from a pipe of its own to the log, checking every line).
+// It knows nothing of the loop: the supervisor opens the destination, makes
+// the pipes and starts a relay per worker.
+package logrelay
 
 import (
 	"errors"
@@ -10,7 +16,6 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
-	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -18,7 +23,7 @@ import (
 
 // The access log (docs/DESIGN.md §6.4). Workers format its lines, but never
 // hold its destination: each worker process gets the write end of a pipe of
-// its own, and a goroutine of the supervisor's (accessSink.relay) copies whole
+// its own, and a goroutine of the supervisor's (Sink.Relay) copies whole
 // lines from it to the file or standard error, after checking that each is
 // an access line as a worker writes it. A worker can thus neither read,
 // seek, truncate nor rewrite the log, nor put in it anything that would pass
@@ -39,16 +44,13 @@ const (
 	streamChunk = 4096
 	// accessWarnEvery spaces the warnings about lines rejected or lost.
 	accessWarnEvery = time.Minute
-	// accessRelaysWait bounds how long Run waits, once every worker was
-	// reaped, for the relays to copy their last lines.
-	accessRelaysWait = 5 * time.Second
 )
 
-// openAccessLog opens the access log of cfg for appending: its file, created
+// Open opens the access log of cfg for appending: its file, created
 // 0640 when missing, or a duplicate of the supervisor's standard error. It
 // returns -1 when the access log is off, and whether it created the file.
 // The descriptor is close-on-exec, and never given to a worker.
-func openAccessLog(cfg config.Log) (fd int, created bool, err error) {
+func Open(cfg config.Log) (fd int, created bool, err error) {
 	if !cfg.AccessLog {
 		return -1, false, nil
 	}
@@ -72,91 +74,21 @@ func openAccessLog(cfg config.Log) (fd int, created bool, err error) {
 	return -1, false, fmt.Errorf("access log: opening %s: %w", cfg.AccessLogPath, err)
 }
 
-// ReopenAccessLog opens the access log again and makes it where every
-// worker's lines go (SIGUSR1, as nginx does after logrotate moved the file).
-// The relays finish the write in progress on the old descriptor, so no line
-// is lost. On error the log stays where it was.
-func (s *Supervisor) ReopenAccessLog() error {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	return s.reopenAccessLog()
-}
-
-// reopenAccessLog is ReopenAccessLog with reloadMu held.
-// +checklocks:s.reloadMu
-func (s *Supervisor) reopenAccessLog() error {
-	fd, _, err := openAccessLog(s.accessLog)
-	if err != nil {
-		s.log.Error("reopening the access log; it stays where it was", "error", err)
-		return err
-	}
-	if fd >= 0 {
-		s.access.set(fd)
-		s.log.Info("access log reopened", "path", accessLogName(s.accessLog))
-	}
-	return nil
-}
-
-// accessLogName names the access log's destination for messages.
-func accessLogName(cfg config.Log) string {
+// Name names the access log's destination for messages.
+func Name(cfg config.Log) string {
 	if cfg.AccessLogPath == "" {
 		return "standard error"
 	}
 	return cfg.AccessLogPath
 }
 
-// sendAccessLog gives a worker the write end of a pipe for its access lines,
-// and starts the relay that copies them out. A worker whose access log is on
-// needs it before its first Dispatch: one that cannot be given it is stopped.
-func (d *dispatcher) sendAccessLog(w *workerProc) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		d.killWorker(w, fmt.Sprintf("creating its access log pipe: %v", err))
-		return
-	}
-	// The read end under the runtime's poller: a relay waiting for lines
-	// holds no thread. The worker's end stays blocking, as a file is.
-	if err := unix.SetNonblock(p[0], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		d.killWorker(w, fmt.Sprintf("creating its access log pipe: %v", err))
-		return
-	}
-	format := accessJSON
-	if w.spec.cfg.Log.AccessLogFormat == "combined" {
-		format = accessCombined
-	}
-	d.s.accessRelays.Add(1)
-	go func() {
-		defer d.s.accessRelays.Done()
-		r := os.NewFile(uintptr(p[0]), "access log pipe")
-		d.s.access.relay(r, w.slot, format)
-		r.Close()
-	}()
-	d.sendOwned(w, &proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}}, p[1])
-}
-
-// waitAccessRelays waits, at most accessRelaysWait, for the relays to copy
-// what the workers, all gone, last wrote.
-func (s *Supervisor) waitAccessRelays() {
-	done := make(chan struct{})
-	go func() {
-		s.accessRelays.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(accessRelaysWait):
-		s.log.Warn("access log relays still running at exit; their last lines may be lost")
-	}
-}
-
-// accessSink is the access log's destination, which the relays of every
+// Sink is the access log's destination, which the relays of every
 // worker write to and a reopen replaces. Safe from any goroutine.
-type accessSink struct {
+type Sink struct {
 	out atomic.Pointer[accessOut]
 	log hclog.Logger
-	// created is whether New created the file (see adopt).
+	// created is whether the open of the first destination made the file
+	// (see Adopt).
 	created bool
 	// rejected counts lines relays refused as not access lines (a metric).
 	rejected atomic.Uint64
@@ -174,15 +106,24 @@ type accessOut struct {
 	chunk int
 }
 
-func newAccessSink(log hclog.Logger) *accessSink {
-	return &accessSink{log: log.Named("access_log")}
+// NewSink returns a sink with no destination yet, reporting to log.
+func NewSink(log hclog.Logger) *Sink {
+	return &Sink{log: log.Named("access_log")}
 }
 
-// set makes fd the destination and closes the previous one; a write in
+// Start makes fd, opened at start, the first destination; created is
+// whether that open made the file (Open's second result), which Adopt
+// needs.
+func (k *Sink) Start(fd int, created bool) {
+	k.Set(fd)
+	k.created = created
+}
+
+// Set makes fd the destination and closes the previous one; a write in
 // progress on it finishes first (the runtime closes the descriptor once
 // the write returns). fd < 0 (the access log turned off) keeps the
 // destination, for the lines of workers about to be replaced.
-func (k *accessSink) set(fd int) {
+func (k *Sink) Set(fd int) {
 	if fd < 0 {
 		return
 	}
@@ -196,18 +137,18 @@ func (k *accessSink) set(fd int) {
 	}
 }
 
-// close closes the destination, at exit.
-func (k *accessSink) close() {
+// Close closes the destination, at exit.
+func (k *Sink) Close() {
 	if old := k.out.Swap(nil); old != nil {
 		old.f.Close()
 	}
 }
 
-// adopt gives a file New created to the account the supervisor drops to, so
+// Adopt gives a file opened at start, and created then, to the account the supervisor drops to, so
 // that it can reopen the file after a rotation: logrotate's create gives the
 // new file the old one's owner. A file that was there is left as it is, with
 // a warning when that account cannot write to it.
-func (k *accessSink) adopt(a sandbox.Account, path string) error {
+func (k *Sink) Adopt(a sandbox.Account, path string) error {
 	o := k.out.Load()
 	if o == nil || o.chunk != 0 {
 		return nil
@@ -231,13 +172,13 @@ func (k *accessSink) adopt(a sandbox.Account, path string) error {
 	return nil
 }
 
-// relay copies worker slot's access lines from r until the worker's end of
+// Relay copies worker slot's access lines from r until the worker's end of
 // the pipe is closed. A line is written only whole and only if it is an
 // access line of format from this worker (accessLine); others are dropped,
 // counted and reported. A full destination holds the relay, and so, once the
 // pipe is full, the worker's writes: the log loses no line, and the loop
 // never waits for either.
-func (k *accessSink) relay(r io.Reader, slot int, format accessFormat) {
+func (k *Sink) Relay(r io.Reader, slot int, format Format) {
 	buf := make([]byte, accessReadBuf)
 	n := 0
 	skipping := false // in a line over accessMaxLine, dropped
@@ -283,9 +224,13 @@ func (k *accessSink) relay(r io.Reader, slot int, format accessFormat) {
 	}
 }
 
+// Rejected counts the lines relays refused as not access lines, since
+// start.
+func (k *Sink) Rejected() uint64 { return k.rejected.Load() }
+
 // writeLines writes the access lines of b (whole lines) and returns how many
 // others it dropped.
-func (k *accessSink) writeLines(b []byte, slot int, format accessFormat) (rejected uint64) {
+func (k *Sink) writeLines(b []byte, slot int, format Format) (rejected uint64) {
 	start := 0 // of the run of good lines not written yet
 	for i := 0; i < len(b); {
 		j := i + lineEnd(b[i:])
@@ -304,7 +249,7 @@ func (k *accessSink) writeLines(b []byte, slot int, format accessFormat) (reject
 // write writes whole lines to the destination, in pieces of at most its
 // chunk. A write that finds its descriptor closed by a reopen goes on with
 // the new one; lines that fail are counted and reported.
-func (k *accessSink) write(b []byte) {
+func (k *Sink) write(b []byte) {
 	for len(b) > 0 {
 		o := k.out.Load()
 		if o == nil {
@@ -334,7 +279,7 @@ func (k *accessSink) write(b []byte) {
 }
 
 // lose counts the lines of b as lost and says so, at most once a minute.
-func (k *accessSink) lose(b []byte, err error) {
+func (k *Sink) lose(b []byte, err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, c := range b {

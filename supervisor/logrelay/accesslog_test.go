@@ -1,4 +1,4 @@
-package supervisor
+package logrelay
 
 import (
 	"bytes"
@@ -28,34 +28,34 @@ func TestAccessLineRefusesForgeries(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		line   string
-		format accessFormat
+		format Format
 		ok     bool
 	}{
-		{"json", goodJSON, accessJSON, true},
-		{"combined", goodCombined, accessCombined, true},
-		{"combined ipv6, empty referer", `- - - [01/Dec/2026:01:02:03 +0000] "- - -" 400 -1 "" "-"`, accessCombined, true},
-		{"journald priority", "<0>" + goodJSON, accessJSON, false},
-		{"journald priority, combined", "<0>" + goodCombined, accessCombined, false},
-		{"hclog json", `{"@level":"error","@message":"killing worker","@module":"gatehouse.dispatcher","@timestamp":"2026-12-01T01:02:03.456Z"}`, accessJSON, false},
-		{"hclog text", `2026-12-01T01:02:03.456Z [ERROR] gatehouse.dispatcher: killing worker: worker=1`, accessJSON, false},
-		{"hclog text, combined", `2026-12-01T01:02:03.456Z [ERROR] gatehouse.dispatcher: killing worker: worker=1`, accessCombined, false},
-		{"another worker", strings.Replace(goodJSON, `"worker":3`, `"worker":4`, 1), accessJSON, false},
-		{"worker 03", strings.Replace(goodJSON, `"worker":3`, `"worker":03`, 1), accessJSON, false},
-		{"extra key", strings.Replace(goodJSON, `{"time"`, `{"@level":"error","time"`, 1), accessJSON, false},
-		{"trailing key", strings.TrimSuffix(goodJSON, "}") + `,"@level":"error"}`, accessJSON, false},
-		{"raw C1", strings.Replace(goodJSON, `\u009b`, "\u009b", 1), accessJSON, false},
-		{"raw ESC", strings.Replace(goodJSON, `\u0000`, "\x1b", 1), accessJSON, false},
-		{"raw DEL", strings.Replace(goodJSON, `\u0000`, "\x7f", 1), accessJSON, false},
-		{"invalid UTF-8", strings.Replace(goodJSON, `\ufffd`, "\xff", 1), accessJSON, false},
-		{"lone C1 byte", strings.Replace(goodJSON, `\ufffd`, "\x9b", 1), accessJSON, false},
-		{"bad escape", strings.Replace(goodJSON, `\u0000`, `\e`, 1), accessJSON, false},
-		{"raw CR", strings.Replace(goodJSON, `\u0000`, "\r", 1), accessJSON, false},
-		{"combined raw byte", strings.Replace(goodCombined, `\xc3\xa9`, "é", 1), accessCombined, false},
-		{"combined raw quote", strings.Replace(goodCombined, `\x22`, `"`, 1), accessCombined, false},
-		{"combined client", "<0>" + strings.TrimPrefix(goodCombined, "127.0.0.0/24"), accessCombined, false},
-		{"json as combined", goodJSON, accessCombined, false},
-		{"combined as json", goodCombined, accessJSON, false},
-		{"cut", goodJSON[:len(goodJSON)-1], accessJSON, false},
+		{"json", goodJSON, JSON, true},
+		{"combined", goodCombined, Combined, true},
+		{"combined ipv6, empty referer", `- - - [01/Dec/2026:01:02:03 +0000] "- - -" 400 -1 "" "-"`, Combined, true},
+		{"journald priority", "<0>" + goodJSON, JSON, false},
+		{"journald priority, combined", "<0>" + goodCombined, Combined, false},
+		{"hclog json", `{"@level":"error","@message":"killing worker","@module":"gatehouse.dispatcher","@timestamp":"2026-12-01T01:02:03.456Z"}`, JSON, false},
+		{"hclog text", `2026-12-01T01:02:03.456Z [ERROR] gatehouse.dispatcher: killing worker: worker=1`, JSON, false},
+		{"hclog text, combined", `2026-12-01T01:02:03.456Z [ERROR] gatehouse.dispatcher: killing worker: worker=1`, Combined, false},
+		{"another worker", strings.Replace(goodJSON, `"worker":3`, `"worker":4`, 1), JSON, false},
+		{"worker 03", strings.Replace(goodJSON, `"worker":3`, `"worker":03`, 1), JSON, false},
+		{"extra key", strings.Replace(goodJSON, `{"time"`, `{"@level":"error","time"`, 1), JSON, false},
+		{"trailing key", strings.TrimSuffix(goodJSON, "}") + `,"@level":"error"}`, JSON, false},
+		{"raw C1", strings.Replace(goodJSON, `\u009b`, "\u009b", 1), JSON, false},
+		{"raw ESC", strings.Replace(goodJSON, `\u0000`, "\x1b", 1), JSON, false},
+		{"raw DEL", strings.Replace(goodJSON, `\u0000`, "\x7f", 1), JSON, false},
+		{"invalid UTF-8", strings.Replace(goodJSON, `\ufffd`, "\xff", 1), JSON, false},
+		{"lone C1 byte", strings.Replace(goodJSON, `\ufffd`, "\x9b", 1), JSON, false},
+		{"bad escape", strings.Replace(goodJSON, `\u0000`, `\e`, 1), JSON, false},
+		{"raw CR", strings.Replace(goodJSON, `\u0000`, "\r", 1), JSON, false},
+		{"combined raw byte", strings.Replace(goodCombined, `\xc3\xa9`, "é", 1), Combined, false},
+		{"combined raw quote", strings.Replace(goodCombined, `\x22`, `"`, 1), Combined, false},
+		{"combined client", "<0>" + strings.TrimPrefix(goodCombined, "127.0.0.0/24"), Combined, false},
+		{"json as combined", goodJSON, Combined, false},
+		{"combined as json", goodCombined, JSON, false},
+		{"cut", goodJSON[:len(goodJSON)-1], JSON, false},
 	} {
 		if got := accessLine([]byte(tt.line), 3, tt.format); got != tt.ok {
 			t.Errorf("%s: accessLine = %v, want %v: %q", tt.name, got, tt.ok, tt.line)
@@ -73,16 +73,16 @@ func TestAccessRelayWritesOnlyAccessLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	k := newAccessSink(hclog.New(&hclog.LoggerOptions{Output: &logs}))
-	k.set(fd)
-	defer k.close()
+	k := NewSink(hclog.New(&hclog.LoggerOptions{Output: &logs}))
+	k.Set(fd)
+	defer k.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
-		k.relay(r, 3, accessJSON)
+		k.Relay(r, 3, JSON)
 		close(done)
 	}()
 	forged := []string{
@@ -135,12 +135,12 @@ func TestAccessSinkStreamChunks(t *testing.T) {
 	}
 	r := os.NewFile(uintptr(p[0]), "r")
 	defer r.Close()
-	k := newAccessSink(hclog.NewNullLogger())
-	k.set(p[1])
+	k := NewSink(hclog.NewNullLogger())
+	k.Set(p[1])
 	lines := strings.Repeat(goodJSON+"\n", 100)
 	go func() {
-		k.writeLines([]byte(lines), 3, accessJSON)
-		k.close()
+		k.writeLines([]byte(lines), 3, JSON)
+		k.Close()
 	}()
 	var got strings.Builder
 	buf := make([]byte, 1<<16)
@@ -170,8 +170,8 @@ func TestAccessSinkReopenLosesNoLine(t *testing.T) {
 		}
 		return fd
 	}
-	k := newAccessSink(hclog.NewNullLogger())
-	k.set(open())
+	k := NewSink(hclog.NewNullLogger())
+	k.Set(open())
 	var wg sync.WaitGroup
 	const writers, perWriter = 4, 2000
 	for i := 0; i < writers; i++ {
@@ -179,17 +179,17 @@ func TestAccessSinkReopenLosesNoLine(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < perWriter; j++ {
-				k.writeLines([]byte(goodJSON+"\n"), 3, accessJSON)
+				k.writeLines([]byte(goodJSON+"\n"), 3, JSON)
 			}
 		}()
 	}
 	for r := 1; r <= 5; r++ {
 		time.Sleep(2 * time.Millisecond)
 		os.Rename(filepath.Join(dir, "access.log"), filepath.Join(dir, "access.log."+string(rune('0'+r))))
-		k.set(open())
+		k.Set(open())
 	}
 	wg.Wait()
-	k.close()
+	k.Close()
 	files, _ := filepath.Glob(filepath.Join(dir, "access.log*"))
 	total := 0
 	for _, f := range files {

@@ -1,4 +1,4 @@
-package supervisor
+package logrelay
 
 import (
 	"io"
@@ -120,12 +120,3 @@ func appendLogText(b, p []byte) []byte {
 }
 
 const hexDigit = "0123456789abcdef"
-
-// logOutputDropped is the lines the supervisor's log output dropped (0
-// when it has no LogWriter).
-func (s *Supervisor) logOutputDropped() uint64 {
-	if s.opts.LogOutput == nil {
-		return 0
-	}
-	return s.opts.LogOutput.Dropped()
-}

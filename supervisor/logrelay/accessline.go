@@ -1,15 +1,23 @@
-package supervisor
+package logrelay
 
 import "unicode/utf8"
 
-// accessFormat is the access log's line format, which a relay checks each
-// line of a worker's against.
-type accessFormat uint8
+// Format is the access log's line format, which a relay checks each line
+// of a worker's against.
+type Format uint8
 
 const (
-	accessJSON     accessFormat = iota // worker/accesslog.go's appendJSON
-	accessCombined                     // worker/accesslog.go's appendCombined
+	JSON     Format = iota // worker/accesslog.go's appendJSON
+	Combined               // worker/accesslog.go's appendCombined
 )
+
+// FormatOf is the Format of log.access_log_format's value name.
+func FormatOf(name string) Format {
+	if name == "combined" {
+		return Combined
+	}
+	return JSON
+}
 
 // accessLine reports whether line (without its newline) is an access line of
 // format as worker slot writes it: its fields in their order, every string
@@ -19,9 +27,9 @@ const (
 // carry a journald priority prefix (`<0>`); it holds no control byte (C0,
 // DEL, C1) and no invalid UTF-8. A JSON line names its worker, which must be
 // slot. The check is one pass over the line, with no allocation.
-func accessLine(line []byte, slot int, format accessFormat) bool {
+func accessLine(line []byte, slot int, format Format) bool {
 	p := lineScan{b: line}
-	if format == accessCombined {
+	if format == Combined {
 		return p.client() && p.lit(" - - [") && p.template("dd/Aaa/dddd:dd:dd:dd +0000") &&
 			p.lit(`] `) && p.quoted() && p.lit(" ") && p.integer() && p.lit(" ") && p.integer() &&
 			p.lit(" ") && p.quoted() && p.lit(" ") && p.quoted() && p.end()
