@@ -48,7 +48,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 	proxy := d.proxyListener(l.name)
 	tls := d.tlsListener(l.name)
 	for n := 0; n < acceptBatch; n++ {
-		if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.heldFDs+d.fdReserve >= d.fdLimit &&
+		if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.upstreams.HeldFDs()+d.fdReserve >= d.fdLimit &&
 			!d.evictIdle("descriptor reserve") && !d.evictIncomplete("descriptor reserve") {
 			d.pauseAccept(now, "descriptor reserve reached and no idle or incomplete connection to close")
 			return

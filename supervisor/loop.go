@@ -7,6 +7,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -115,7 +116,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 		consider(now.Add(time.Second))
 	}
 	consider(d.acceptPause)
-	consider(d.dialDeadline())
+	consider(d.upstreams.Deadline())
 	consider(d.ticketDeadline())
 	consider(d.keeperDeadline())
 	for _, w := range d.workers {
@@ -153,10 +154,10 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.stop(now)
 	case reloadMsg:
 		d.reload(m, now)
-	case dialResult:
-		d.dialed(m, now)
-	case healthResult:
-		d.healthChecked(m, now)
+	case upstream.DialResult:
+		d.upstreams.Dialed(m, now)
+	case upstream.HealthResult:
+		d.upstreams.HealthChecked(m, now)
 	case logLevelMsg:
 		d.logLevel = m.level
 		for _, w := range d.workers {
@@ -219,7 +220,7 @@ func (d *dispatcher) overstaysDrain(w *workerProc) bool {
 // waiting past their bound.
 func (d *dispatcher) tick(now time.Time) {
 	d.updateStress(now)
-	d.expireDials(now)
+	d.upstreams.Expire(now)
 	if !d.acceptPause.IsZero() && !now.Before(d.acceptPause) {
 		d.acceptPause = time.Time{}
 		if !d.stopping {
@@ -270,7 +271,7 @@ func (d *dispatcher) stop(now time.Time) {
 	d.summarize(now, true)
 	d.log.Info("shutting down", "grace", d.cfg.Limits.ShutdownGrace, "at_workers", d.out)
 	d.armListeners(false)
-	d.stopHealthChecks()
+	d.upstreams.Stop()
 	for _, l := range d.listeners {
 		unix.Close(l.fd)
 	}
@@ -322,7 +323,7 @@ func (d *dispatcher) teardown() {
 		d.closeConn(c)
 	}
 	for _, w := range d.workers {
-		d.releaseUpstreams(w, time.Now())
+		d.upstreams.Gone(d.up(w), time.Now())
 		if w.ch != nil {
 			d.del(w.ch.FD())
 			w.ch.Close()

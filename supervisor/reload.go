@@ -177,7 +177,7 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	}
 	d.reloadListeners(m.added)
 	d.s.access.Set(m.accessFD)
-	d.setUpstreams()
+	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
 	d.limiter.SetMax(d.cfg.RateLimitEntries)
 	l := d.cfg.Limits
 	d.penalties.Configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)

@@ -10,6 +10,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -122,15 +123,11 @@ type workerSet struct {
 	pressure bool
 }
 
-// broker owns what workers ask the supervisor for: the upstream budgets
-// (connections dialing and held, per upstream) and the shared rate limiter.
+// broker owns what workers ask the supervisor for: the upstream connections
+// and the shared rate limiter.
 type broker struct {
-	upstreams  map[string]*upstreamState
-	nextUpConn uint64 // the last upstream connection id given out
-	// heldFDs counts the supervisor's copies of upstream sockets held by
-	// workers, which the descriptor reserve arithmetic adds to the clients'.
-	heldFDs int
-	limiter *limits.Limiter
+	upstreams *upstream.Broker
+	limiter   *limits.Limiter
 	// rateKeys holds, by connection id, the client key the dispatcher
 	// derived from X-Forwarded-For in the head of a trusted proxy's
 	// connection at a worker (rateKey), when it differs from the proxy's
@@ -165,8 +162,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			share: boot.cfg.Workers.Share(),
 		},
 		broker: broker{
-			limiter:   limits.NewLimiter(boot.cfg.RateLimitEntries),
-			upstreams: make(map[string]*upstreamState),
+			limiter: limits.NewLimiter(boot.cfg.RateLimitEntries),
 		},
 		c: counters{
 			refused: make(map[string]uint64),
@@ -184,7 +180,8 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	// the admin socket when clients hold everything else.
 	d.fdReserve = 32 + 4*d.cfg.Workers.Count
 	d.armListeners(true)
-	d.setUpstreams()
+	d.upstreams = upstream.New(d.log, s.post)
+	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
 	for i := 0; i < d.cfg.Workers.Count; i++ {
 		d.workers = append(d.workers, d.newWorker())
 	}

@@ -89,16 +89,6 @@ type workerProc struct {
 	// slots caps the process's requests started and not yet answered
 	// (ipc_max_in_flight_requests); a new one per process.
 	slots *ipc.InFlight
-	// held counts, by upstream, the connections given to the process or
-	// being dialed for it, until it releases them or dies: what its share
-	// of max_connections is checked against.
-	held map[string]int
-	// upConns holds the supervisor's own copy of every upstream socket
-	// given to the process, by the id its DialReply named.
-	upConns map[uint64]heldConn
-	// reclaiming names the upstreams the process was sent Reclaim for
-	// and has not answered yet.
-	reclaiming map[string]bool
 }
 
 // process is a started worker process: an *os.Process, a worker the

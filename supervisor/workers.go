@@ -162,7 +162,7 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		w.ch.Close()
 		w.ch = nil
 		dropOut(w)
-		d.releaseUpstreams(w, now)
+		d.upstreams.Gone(d.up(w), now)
 		var held []lostConn
 		w.kept = 0
 		for c := range d.conns.all() {

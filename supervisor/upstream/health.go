@@ -1,4 +1,4 @@
-package supervisor
+package upstream
 
 import (
 	"context"
@@ -15,15 +15,15 @@ import (
 // address that does not answer within the timeout with a status in
 // 200..399 leaves the rotation until its next success.
 
-// healthResult is one probe's outcome, posted to the loop.
-type healthResult struct {
+// HealthResult is one probe's outcome, posted to the loop.
+type HealthResult struct {
 	upstream string
 	addr     netip.AddrPort
 	err      error // nil when healthy
 }
 
-// healthCheck probes addrs until ctx ends.
-func (s *Supervisor) healthCheck(ctx context.Context, name string, addrs []netip.AddrPort, hc config.HealthCheck) {
+// healthCheck probes addrs until ctx ends, posting each verdict.
+func healthCheck(ctx context.Context, name string, addrs []netip.AddrPort, hc config.HealthCheck, post func(any)) {
 	client := &http.Client{
 		Timeout:   hc.Timeout,
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
@@ -39,7 +39,7 @@ func (s *Supervisor) healthCheck(ctx context.Context, name string, addrs []netip
 			if ctx.Err() != nil {
 				return
 			}
-			s.post(healthResult{upstream: name, addr: a, err: err})
+			post(HealthResult{upstream: name, addr: a, err: err})
 		}
 		select {
 		case <-ctx.Done():
@@ -67,9 +67,9 @@ func probe(ctx context.Context, client *http.Client, addr netip.AddrPort, path s
 	return nil
 }
 
-// healthChecked records a probe's verdict for its address.
-func (d *dispatcher) healthChecked(r healthResult, now time.Time) {
-	u := d.upstreams[r.upstream]
+// HealthChecked records a probe's verdict for its address.
+func (b *Broker) HealthChecked(r HealthResult, now time.Time) {
+	u := b.upstreams[r.upstream]
 	if u == nil {
 		return
 	}
@@ -80,9 +80,9 @@ func (d *dispatcher) healthChecked(r healthResult, now time.Time) {
 		failed := r.err != nil
 		if failed != a.checkFailed {
 			if failed {
-				d.log.Warn("upstream address failed its health check", "upstream", u.cfg.Name, "address", a.addr, "error", r.err)
+				b.log.Warn("upstream address failed its health check", "upstream", u.cfg.Name, "address", a.addr, "error", r.err)
 			} else {
-				d.log.Info("upstream address passed its health check", "upstream", u.cfg.Name, "address", a.addr)
+				b.log.Info("upstream address passed its health check", "upstream", u.cfg.Name, "address", a.addr)
 			}
 		}
 		a.checkFailed = failed
@@ -93,5 +93,5 @@ func (d *dispatcher) healthChecked(r healthResult, now time.Time) {
 			a.fails, a.downUntil = 0, time.Time{}
 		}
 	}
-	d.upstreamFreed(u, now)
+	b.freed(u, now)
 }
