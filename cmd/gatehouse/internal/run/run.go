@@ -18,6 +18,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/gatehouse-dev/gatehouse/worker"
 	"github.com/hashicorp/go-hclog"
@@ -132,9 +133,9 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 	}
 	// The admin socket is created before New, which may drop privileges to
 	// the configured user; it is served once the supervisor exists.
-	var adm *supervisor.AdminServer
+	var adm *admin.Server
 	if cfg.Admin.Socket != "" {
-		adm, err = supervisor.ListenAdmin(supervisor.AdminOptions{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain})
+		adm, err = admin.Listen(admin.Options{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain})
 		if err != nil {
 			for _, fd := range inherited {
 				syscall.Close(fd)
@@ -163,7 +164,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 	}
 	if adm != nil {
 		go func() {
-			if err := adm.Serve(sup); err != nil {
+			if err := adm.Serve(sup.Admin()); err != nil {
 				log.Error("admin socket stopped", "error", err)
 			}
 		}()

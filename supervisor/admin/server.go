@@ -1,4 +1,9 @@
-package supervisor
+// Package admin serves gatehouse's admin socket (docs/DESIGN.md §6.3): the
+// socket, its peers, the request lines and the commands. What a command
+// shows or does it asks of a Supervisor, the narrow interface the
+// supervisor implements; it reaches the loop only through it. The wire
+// format is adminapi's.
+package admin
 
 import (
 	"bufio"
@@ -21,12 +26,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Version is gatehouse's version, reported by the admin socket's status and
-// by the gatehouse_build_info metric. Set it when building:
-//
-//	go build -ldflags "-X github.com/gatehouse-dev/gatehouse/supervisor.Version=v1.2.3"
-var Version = "dev"
-
 const (
 	// adminMaxConns bounds the admin connections served at once; one over
 	// it gets an error reply and is closed.
@@ -37,8 +36,42 @@ const (
 	adminReloadTimeout = time.Minute
 )
 
-// AdminOptions configure an admin socket.
-type AdminOptions struct {
+// ErrBind marks a failure to create the admin socket; cmd/gatehouse maps it
+// to its exit code for binding.
+var ErrBind = errors.New("admin: binding the admin socket")
+
+// Supervisor is what the admin socket's commands ask of the supervisor.
+type Supervisor interface {
+	// View asks the loop for a copy of its state, as the commands show it.
+	View(ctx context.Context) (View, error)
+	// Reload reloads the configuration (the default Options.Reload).
+	Reload(ctx context.Context) error
+	// CertificateErrors are the TLS certificates the last reload could not
+	// load, one line each.
+	CertificateErrors() []string
+	// Drain stops accepting and makes the supervisor exit once its
+	// connections are done (the default Options.Drain).
+	Drain()
+	// SetLogLevel changes the log level, or says why it cannot.
+	SetLogLevel(level string) error
+}
+
+// View is one copy of the loop's state, as the commands show it.
+type View interface {
+	Status() *adminapi.Status
+	Workers() []adminapi.Worker
+	Conns() *adminapi.Conns
+	// Clients are the n client keys that matter most (see adminapi).
+	Clients(n int) []adminapi.Client
+	Upstreams() []adminapi.Upstream
+	// Metrics is the state in Prometheus' text format.
+	Metrics() (string, error)
+	// ShutdownGrace is what a drain gives requests in flight.
+	ShutdownGrace() time.Duration
+}
+
+// Options configure an admin socket.
+type Options struct {
 	// Path is the socket's path (config Admin.Socket).
 	Path string
 	// Logger receives the admin socket's log. Default: hclog.Default().
@@ -50,13 +83,13 @@ type AdminOptions struct {
 	Drain func()
 }
 
-// AdminServer serves the admin socket: one goroutine accepts, one per
+// Server serves the admin socket: one goroutine accepts, one per
 // connection (at most adminMaxConns) reads requests and answers them.
-// Requests reach the dispatcher only through Snapshot and the Supervisor's
-// other methods, like any goroutine's.
-type AdminServer struct {
-	s     *Supervisor  // set by Serve before any connection is served
-	opts  AdminOptions // immutable once Serve starts
+// Requests reach the dispatcher only through the Supervisor's methods, like
+// any goroutine's.
+type Server struct {
+	s     Supervisor // set by Serve before any connection is served
+	opts  Options    // immutable once Serve starts
 	log   hclog.Logger
 	ln    *net.UnixListener
 	file  os.FileInfo // the socket file created; removed on Close if still there
@@ -73,7 +106,7 @@ type AdminServer struct {
 	closed bool
 }
 
-// ListenAdmin creates the admin socket at opts.Path with mode 0600, so that
+// Listen creates the admin socket at opts.Path with mode 0600, so that
 // its errors are startup errors (ErrBind); Serve then answers on it. Call it
 // before New: New may drop the supervisor's privileges to the configured
 // user, who could neither create the socket in a root-owned directory nor be
@@ -83,11 +116,11 @@ type AdminServer struct {
 // A socket file already at the path is removed only when nothing answers on
 // it. The directory must exist: root creating it would leave it behind
 // (systemd's RuntimeDirectory= or the package creates it).
-func ListenAdmin(opts AdminOptions) (*AdminServer, error) {
+func Listen(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.Default()
 	}
-	fail := func(err error) (*AdminServer, error) {
+	fail := func(err error) (*Server, error) {
 		return nil, fmt.Errorf("%w: admin socket %s: %w", ErrBind, opts.Path, err)
 	}
 	if err := removeStaleSocket(opts.Path); err != nil {
@@ -103,7 +136,7 @@ func ListenAdmin(opts AdminOptions) (*AdminServer, error) {
 		return fail(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &AdminServer{
+	a := &Server{
 		opts: opts, log: opts.Logger.Named("admin"), ln: ln, file: fi, self: os.Geteuid(),
 		slots: make(chan struct{}, adminMaxConns), ctx: ctx, cancel: cancel,
 		conns: map[*net.UnixConn]struct{}{},
@@ -173,11 +206,11 @@ func removeStaleSocket(path string) error {
 }
 
 // Path is the admin socket's path.
-func (a *AdminServer) Path() string { return a.opts.Path }
+func (a *Server) Path() string { return a.opts.Path }
 
 // Serve answers admin connections about s until Close, then returns nil.
 // Call it once.
-func (a *AdminServer) Serve(s *Supervisor) error {
+func (a *Server) Serve(s Supervisor) error {
 	a.s = s
 	if a.opts.Reload == nil {
 		a.opts.Reload = s.Reload
@@ -215,14 +248,14 @@ func (a *AdminServer) Serve(s *Supervisor) error {
 	}
 }
 
-func (a *AdminServer) isClosed() bool {
+func (a *Server) isClosed() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.closed
 }
 
 // track records c, or reports false once Close has begun.
-func (a *AdminServer) track(c *net.UnixConn) bool {
+func (a *Server) track(c *net.UnixConn) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -234,8 +267,8 @@ func (a *AdminServer) track(c *net.UnixConn) bool {
 
 // Close stops accepting, ends every connection (a reply being written
 // finishes within its deadline), waits for their goroutines and removes the
-// socket file if it is still the one ListenAdmin created.
-func (a *AdminServer) Close() error {
+// socket file if it is still the one Listen created.
+func (a *Server) Close() error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -261,7 +294,7 @@ func (a *AdminServer) Close() error {
 
 // refuse writes one error reply to c and closes it, without blocking for
 // long: the accepting goroutine calls it.
-func (a *AdminServer) refuse(c *net.UnixConn, msg string) {
+func (a *Server) refuse(c *net.UnixConn, msg string) {
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	writeReply(c, adminapi.Reply{Error: msg})
 	c.Close()
@@ -272,7 +305,7 @@ func (a *AdminServer) refuse(c *net.UnixConn, msg string) {
 func peerAllowed(uid, self int) bool { return uid == 0 || uid == self }
 
 // serveConn answers one connection's requests until it ends, errs or stalls.
-func (a *AdminServer) serveConn(c *net.UnixConn) {
+func (a *Server) serveConn(c *net.UnixConn) {
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("admin connection panicked", "error", fmt.Sprint(r))
@@ -352,7 +385,7 @@ func writeReply(w io.Writer, r adminapi.Reply) error {
 }
 
 // do runs one command.
-func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
+func (a *Server) do(req adminapi.Request, uid int) adminapi.Reply {
 	ctx, cancel := context.WithTimeout(a.ctx, adminapi.Timeout)
 	defer cancel()
 	noArgs := func() bool { return len(req.Args) == 0 }
@@ -365,25 +398,25 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 			return argErr(req.Command)
 		}
 		a.log.Debug("admin command", "command", req.Command, "uid", uid)
-		snap, err := a.s.Snapshot(ctx)
+		v, err := a.s.View(ctx)
 		if err != nil {
 			return adminapi.Reply{Error: "supervisor did not answer: " + err.Error()}
 		}
 		switch req.Command {
 		case adminapi.CmdStatus:
-			return adminapi.Reply{Status: a.status(snap)}
+			return adminapi.Reply{Status: v.Status()}
 		case adminapi.CmdWorkers:
-			return adminapi.Reply{Workers: workersOf(snap)}
+			return adminapi.Reply{Workers: v.Workers()}
 		case adminapi.CmdConns:
-			return adminapi.Reply{Conns: connsOf(snap)}
+			return adminapi.Reply{Conns: v.Conns()}
 		case adminapi.CmdUpstreams:
-			return adminapi.Reply{Upstreams: upstreamsOf(snap)}
+			return adminapi.Reply{Upstreams: v.Upstreams()}
 		default:
-			var buf bytes.Buffer
-			if err := snap.WritePrometheus(&buf); err != nil {
+			text, err := v.Metrics()
+			if err != nil {
 				return adminapi.Reply{Error: err.Error()}
 			}
-			return adminapi.Reply{Metrics: buf.String()}
+			return adminapi.Reply{Metrics: text}
 		}
 	case adminapi.CmdClients:
 		n := adminapi.DefaultClients
@@ -397,11 +430,11 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 			}
 			n = v
 		}
-		snap, err := a.s.Snapshot(ctx)
+		v, err := a.s.View(ctx)
 		if err != nil {
 			return adminapi.Reply{Error: "supervisor did not answer: " + err.Error()}
 		}
-		return adminapi.Reply{Clients: topClients(snap, n)}
+		return adminapi.Reply{Clients: v.Clients(n)}
 	case adminapi.CmdReload:
 		if !noArgs() {
 			return argErr("reload")
@@ -413,10 +446,10 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 			return adminapi.Reply{Error: "reload failed, the running configuration stays: " + err.Error()}
 		}
 		msg := "configuration reloaded"
-		if errs := a.s.certificateErrors(); len(errs) > 0 {
+		if errs := a.s.CertificateErrors(); len(errs) > 0 {
 			msg += fmt.Sprintf("; %d TLS certificate(s) failed to load (gatehousectl status lists them):", len(errs))
 			for _, e := range errs {
-				msg += " " + e.Error + ";"
+				msg += " " + e + ";"
 			}
 		}
 		return adminapi.Reply{Message: msg}
@@ -426,8 +459,8 @@ func (a *AdminServer) do(req adminapi.Request, uid int) adminapi.Reply {
 		}
 		a.log.Info("admin command", "command", req.Command, "uid", uid)
 		grace := "shutdown_grace"
-		if snap, err := a.s.Snapshot(ctx); err == nil {
-			grace = fmt.Sprintf("shutdown_grace (%v)", snap.ShutdownGrace)
+		if v, err := a.s.View(ctx); err == nil {
+			grace = fmt.Sprintf("shutdown_grace (%v)", v.ShutdownGrace())
 		}
 		a.opts.Drain()
 		return adminapi.Reply{Message: "draining: no new connections, idle connections closed; requests in flight get " +

@@ -1,10 +1,11 @@
-package supervisor
+package admin
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
-	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -73,26 +73,32 @@ func TestParseRequest(t *testing.T) {
 	}
 }
 
-// testAdmin serves an admin socket for a supervisor whose loop never runs:
-// enough for the protocol, log-level and every error path that needs no
-// Snapshot.
-func testAdmin(t *testing.T) (*AdminServer, string) {
+// loopless is a supervisor whose loop never answers: enough for the
+// protocol, log-level and every error path that needs no View.
+type loopless struct{}
+
+func (loopless) View(context.Context) (View, error) { return nil, errors.New("no loop") }
+func (loopless) Reload(context.Context) error       { return errors.New("no loop") }
+func (loopless) CertificateErrors() []string        { return nil }
+func (loopless) Drain()                             {}
+func (loopless) SetLogLevel(level string) error {
+	if hclog.LevelFromString(level) == hclog.NoLevel {
+		return fmt.Errorf("unknown log level %q", level)
+	}
+	return nil
+}
+
+// testAdmin serves an admin socket for a loopless supervisor.
+func testAdmin(t *testing.T) (*Server, string) {
 	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Output: &strings.Builder{}, Level: hclog.Info})
-	// Messages to the loop (log-level posts one) queue up unread.
-	poller, err := poll.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { poller.Close() })
-	s := &Supervisor{log: log, start: time.Now(), msgs: make(chan any, 64), poller: poller}
 	path := filepath.Join(t.TempDir(), "admin.sock")
-	a, err := ListenAdmin(AdminOptions{Path: path, Logger: log, Reload: func(context.Context) error { return errors.New("no file") }, Drain: func() {}})
+	a, err := Listen(Options{Path: path, Logger: log, Reload: func(context.Context) error { return errors.New("no file") }, Drain: func() {}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- a.Serve(s) }()
+	go func() { served <- a.Serve(loopless{}) }()
 	t.Cleanup(func() {
 		a.Close()
 		if err := <-served; err != nil {
@@ -171,9 +177,9 @@ func TestAdminSocketMode(t *testing.T) {
 // would leave it behind.
 func TestAdminSocketMissingDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	_, err := ListenAdmin(AdminOptions{Path: filepath.Join(dir, "admin.sock")})
+	_, err := Listen(Options{Path: filepath.Join(dir, "admin.sock")})
 	if !errors.Is(err, ErrBind) || !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("ListenAdmin under a missing directory: %v, want ErrBind and ErrNotExist", err)
+		t.Errorf("Listen under a missing directory: %v, want ErrBind and ErrNotExist", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the directory was created: %v", err)
@@ -268,8 +274,8 @@ func TestAdminConnectionLimitAndStall(t *testing.T) {
 func TestAdminStaleSocket(t *testing.T) {
 	a, path := testAdmin(t)
 	// A second server on the same path refuses: the first answers.
-	if _, err := ListenAdmin(AdminOptions{Path: path}); err == nil || !errors.Is(err, ErrBind) || !strings.Contains(err.Error(), "another process") {
-		t.Fatalf("second ListenAdmin on a live socket: %v", err)
+	if _, err := Listen(Options{Path: path}); err == nil || !errors.Is(err, ErrBind) || !strings.Contains(err.Error(), "another process") {
+		t.Fatalf("second Listen on a live socket: %v", err)
 	}
 	// Close removes the file.
 	a.Close()
@@ -283,15 +289,15 @@ func TestAdminStaleSocket(t *testing.T) {
 	}
 	l.SetUnlinkOnClose(false)
 	l.Close()
-	b, err := ListenAdmin(AdminOptions{Path: path})
+	b, err := Listen(Options{Path: path})
 	if err != nil {
-		t.Fatalf("ListenAdmin over a stale socket: %v", err)
+		t.Fatalf("Listen over a stale socket: %v", err)
 	}
 	b.Close()
 	// A regular file is never removed.
 	os.WriteFile(path, []byte("keep"), 0o644)
-	if _, err := ListenAdmin(AdminOptions{Path: path}); err == nil || !strings.Contains(err.Error(), "not a socket") {
-		t.Fatalf("ListenAdmin over a regular file: %v", err)
+	if _, err := Listen(Options{Path: path}); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("Listen over a regular file: %v", err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "keep" {
 		t.Fatal("regular file was touched")
