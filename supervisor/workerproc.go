@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 )
 
 // workerState is a worker slot's lifecycle:
@@ -185,10 +186,10 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 		s.post(spawnResult{slot: slot, gen: gen, err: fmt.Errorf("starting worker: %w", err)})
 		return
 	}
-	out := newRelay(s.log, slot, cmd.Process.Pid, &s.logDropped)
+	out := logrelay.NewWorkerOutput(s.log, slot, cmd.Process.Pid, &s.logDropped)
 	relayed := make(chan struct{})
 	go func() {
-		out.run(pr)
+		out.Run(pr)
 		pr.Close()
 		close(relayed)
 	}()
@@ -224,10 +225,10 @@ func (s *Supervisor) spawnVia(slot int, gen uint64, spec *workerSpec, ch *ipc.Co
 		s.post(spawnResult{slot: slot, gen: gen, err: fmt.Errorf("starting worker: %w", err)})
 		return
 	}
-	out := newRelay(s.log, slot, pid, &s.logDropped)
+	out := logrelay.NewWorkerOutput(s.log, slot, pid, &s.logDropped)
 	relayed := make(chan struct{})
 	go func() {
-		out.run(pr)
+		out.Run(pr)
 		pr.Close()
 		close(relayed)
 	}()

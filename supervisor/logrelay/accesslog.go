@@ -1,6 +1,8 @@
 // Package logrelay carries log lines out of the supervisor without letting
-// a slow destination hold it: the supervisor's own log output (LogWriter, a
-// bounded queue) and the workers' access log (Sink, which copies each
+// a slow destination or an untrusted worker hold it or forge a line: the
+// supervisor's own log output (LogWriter, a bounded queue), each worker's
+// standard output and error (WorkerOutput, re-emitted attributed, escaped
+// and rate-limited) and the workers' access log (Sink, which copies each
 // worker's lines from a pipe of its own to the log, checking every line).
 // It knows nothing of the loop: the supervisor opens the destination, makes
 // the pipes and starts a relay per worker.

@@ -1,4 +1,4 @@
-package supervisor
+package logrelay
 
 import (
 	"bufio"
@@ -38,9 +38,10 @@ const (
 	relayMaxKey  = 64
 )
 
-// relay re-emits one worker process's output. It is owned by the goroutine
+// WorkerOutput re-emits one worker process's output (its standard output
+// and error). It is owned by the goroutine
 // that reads the worker's pipe.
-type relay struct {
+type WorkerOutput struct {
 	log hclog.Logger // the worker's lines
 	// who are the attribution fields every line starts with.
 	who []any
@@ -53,11 +54,11 @@ type relay struct {
 	now     func() time.Time
 }
 
-// newRelay returns the relay of worker slot's process pid, logging through
-// log and counting dropped lines in total.
-func newRelay(log hclog.Logger, slot, pid int, total *atomic.Uint64) *relay {
+// NewWorkerOutput returns the relay of worker slot's process pid, logging
+// through log and counting dropped lines in total.
+func NewWorkerOutput(log hclog.Logger, slot, pid int, total *atomic.Uint64) *WorkerOutput {
 	l := log.Named("worker")
-	return &relay{
+	return &WorkerOutput{
 		log:   l,
 		who:   []any{"worker", slot, "pid", pid},
 		total: total,
@@ -66,9 +67,9 @@ func newRelay(log hclog.Logger, slot, pid int, total *atomic.Uint64) *relay {
 	}
 }
 
-// run relays lines from r until it ends; a line over relayMaxLine is dropped,
+// Run relays lines from in until it ends; a line over relayMaxLine is dropped,
 // never allowed to block the worker.
-func (r *relay) run(in io.Reader) {
+func (r *WorkerOutput) Run(in io.Reader) {
 	br := bufio.NewReaderSize(in, 4096)
 	var line []byte
 	long := false
@@ -107,7 +108,7 @@ func (r *relay) run(in io.Reader) {
 }
 
 // line relays one line, or drops it over the rate limit.
-func (r *relay) line(b []byte, now time.Time) {
+func (r *WorkerOutput) line(b []byte, now time.Time) {
 	level, module, msg, fields, ok := parseWorkerJSON(b)
 	args := append(r.who[:len(r.who):len(r.who)], "msg", relayString(msg))
 	switch {
@@ -128,7 +129,7 @@ func (r *relay) line(b []byte, now time.Time) {
 }
 
 // drop counts a line that was not relayed.
-func (r *relay) drop(now time.Time) {
+func (r *WorkerOutput) drop(now time.Time) {
 	r.dropped++
 	r.total.Add(1)
 	r.notice(now)
@@ -136,14 +137,14 @@ func (r *relay) drop(now time.Time) {
 
 // notice reports dropped lines, at most once per relayNoticeEvery: a
 // flooding worker costs the log one line per interval.
-func (r *relay) notice(now time.Time) {
+func (r *WorkerOutput) notice(now time.Time) {
 	if r.dropped == 0 || now.Sub(r.noticed) < relayNoticeEvery {
 		return
 	}
 	r.flush(now)
 }
 
-func (r *relay) flush(now time.Time) {
+func (r *WorkerOutput) flush(now time.Time) {
 	if r.dropped == 0 {
 		return
 	}
@@ -297,15 +298,15 @@ func relayValue(raw json.RawMessage) any {
 // without quotes or backslashes (hclog quotes it if it has spaces), else
 // Go-quoted, which escapes every control byte and keeps it on one line.
 func relayString(s string) any {
-	if plainText(s) {
+	if PlainText(s) {
 		return s
 	}
 	return hclog.Quote(s)
 }
 
-// plainText reports whether s is printable ASCII without quotes or
+// PlainText reports whether s is printable ASCII without quotes or
 // backslashes: text that reads the same whether or not it is quoted.
-func plainText(s string) bool {
+func PlainText(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
 			return false

@@ -1,4 +1,4 @@
-package supervisor
+package logrelay
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -30,17 +29,17 @@ var hostileLines = []string{
 	`{"@level":"warn","@message":"m","path":"/x\n2026-12-01T00:00:00.000Z [ERROR] gatehouse.dispatcher: FORGED"}`,
 }
 
-func relayInto(t *testing.T, json bool) (*relay, *bytes.Buffer, *atomic.Uint64) {
+func relayInto(t *testing.T, json bool) (*WorkerOutput, *bytes.Buffer, *atomic.Uint64) {
 	t.Helper()
 	var buf bytes.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Name: "gatehouse", Output: &buf, JSONFormat: json, Level: hclog.Trace})
 	var total atomic.Uint64
-	return newRelay(log, 3, 4242, &total), &buf, &total
+	return NewWorkerOutput(log, 3, 4242, &total), &buf, &total
 }
 
 func TestRelayTextAttributesAndEscapes(t *testing.T) {
 	r, buf, _ := relayInto(t, false)
-	r.run(strings.NewReader(strings.Join(hostileLines, "\n") + "\n"))
+	r.Run(strings.NewReader(strings.Join(hostileLines, "\n") + "\n"))
 	out := buf.String()
 	if strings.ContainsAny(out, "\r\x1b") {
 		t.Errorf("raw CR or ESC relayed:\n%q", out)
@@ -64,7 +63,7 @@ func TestRelayTextAttributesAndEscapes(t *testing.T) {
 
 func TestRelayJSONAttributes(t *testing.T) {
 	r, buf, _ := relayInto(t, true)
-	r.run(strings.NewReader(strings.Join(hostileLines, "\n") + "\n"))
+	r.Run(strings.NewReader(strings.Join(hostileLines, "\n") + "\n"))
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	if len(lines) != len(hostileLines) {
 		t.Fatalf("%d lines relayed for %d written:\n%s", len(lines), len(hostileLines), buf.String())
@@ -86,7 +85,7 @@ func TestRelayOrderAndIntegers(t *testing.T) {
 	const line = `{"@level":"info","@message":"request","@module":"worker.access","@timestamp":"t","method":"GET","path":"/big","status":200,"bytes":104857600,"duration":"1.5s","ratio":0.25,"client":"127.0.0.2"}`
 	for i := 0; i < 3; i++ {
 		r, buf, _ := relayInto(t, false)
-		r.run(strings.NewReader(line + "\n"))
+		r.Run(strings.NewReader(line + "\n"))
 		want := ` [INFO]  gatehouse.worker: worker=3 pid=4242 msg=request module=worker.access method=GET path=/big status=200 bytes=104857600 duration=1.5s ratio=0.25 client=127.0.0.2` + "\n"
 		if _, got, _ := strings.Cut(buf.String(), " "); " "+got != want {
 			t.Fatalf("relayed\n%q\nwant\n%q", " "+got, want)
@@ -103,7 +102,7 @@ func TestRelayRateLimit(t *testing.T) {
 	for i := 0; i < relayBurst+over; i++ {
 		fmt.Fprintf(&in, `{"@level":"error","@message":"flood %d"}`+"\n", i)
 	}
-	r.run(strings.NewReader(in.String()))
+	r.Run(strings.NewReader(in.String()))
 	relayed := strings.Count(buf.String(), "msg=\"flood ")
 	if relayed != relayBurst || total.Load() != over {
 		t.Errorf("at one instant: %d relayed, %d dropped; want %d and %d", relayed, total.Load(), relayBurst, over)
@@ -121,7 +120,7 @@ func TestRelayRateLimit(t *testing.T) {
 	// A second later the bucket holds relayRate lines again.
 	buf.Reset()
 	now = now.Add(time.Second)
-	r.run(strings.NewReader(in.String()))
+	r.Run(strings.NewReader(in.String()))
 	if relayed := strings.Count(buf.String(), "msg=\"flood "); relayed != relayRate {
 		t.Errorf("a second later: %d relayed, want %d", relayed, relayRate)
 	}
@@ -131,7 +130,7 @@ func TestRelayRateLimit(t *testing.T) {
 // are relayed.
 func TestRelayLongLine(t *testing.T) {
 	r, buf, total := relayInto(t, false)
-	r.run(strings.NewReader("before\n" + strings.Repeat("x", relayMaxLine+10) + "\nafter\n"))
+	r.Run(strings.NewReader("before\n" + strings.Repeat("x", relayMaxLine+10) + "\nafter\n"))
 	if total.Load() != 1 || !strings.Contains(buf.String(), "output=before") || !strings.Contains(buf.String(), "output=after") {
 		t.Errorf("dropped %d; output:\n%s", total.Load(), tail(buf.String()))
 	}
@@ -142,43 +141,6 @@ func tail(s string) string {
 		return "…" + s[len(s)-2000:]
 	}
 	return s
-}
-
-func TestReadyLayers(t *testing.T) {
-	layer := func(name, detail string) *proto.SandboxLayer {
-		return &proto.SandboxLayer{Name: name, Applied: detail == "", Detail: detail}
-	}
-	tests := []struct {
-		in         []*proto.SandboxLayer
-		bad        bool
-		wantDetail string
-	}{
-		{in: []*proto.SandboxLayer{layer("chroot", ""), layer("pivot_root", ""), layer("landlock", "not supported")}, wantDetail: "not supported"},
-		{in: []*proto.SandboxLayer{layer("seccomp", "a\r\x1b[31mb")}, wantDetail: `"a\r\x1b[31mb"`},
-		{in: []*proto.SandboxLayer{layer("seccomp", strings.Repeat("x", 2000))}, wantDetail: strings.Repeat("x", maxLayerDetail)},
-		{in: []*proto.SandboxLayer{layer("seccomp\x1b[2K", "")}, bad: true},
-		{in: []*proto.SandboxLayer{layer("namespace/net", "")}, bad: true},
-		{in: []*proto.SandboxLayer{layer("Seccomp", "")}, bad: true},
-		{in: []*proto.SandboxLayer{layer("", "")}, bad: true},
-		{in: []*proto.SandboxLayer{layer(strings.Repeat("a", maxLayerName+1), "")}, bad: true},
-		{in: make([]*proto.SandboxLayer, maxReadyLayers+1), bad: true},
-	}
-	for i, tt := range tests {
-		out, bad := readyLayers(tt.in)
-		if (bad != "") != tt.bad {
-			t.Errorf("%d: violation %q, want one: %v", i, bad, tt.bad)
-			continue
-		}
-		if bad != "" {
-			if strings.ContainsAny(bad, "\r\x1b") {
-				t.Errorf("%d: the violation, which is logged, holds control bytes: %q", i, bad)
-			}
-			continue
-		}
-		if len(out) != len(tt.in) || out[len(out)-1].GetDetail() != tt.wantDetail {
-			t.Errorf("%d: kept %v, want the last detail %q", i, out, tt.wantDetail)
-		}
-	}
 }
 
 // FuzzRelayLine feeds one worker line to the relay: whatever its bytes, the
@@ -198,7 +160,7 @@ func FuzzRelayLine(f *testing.F) {
 		var buf bytes.Buffer
 		log := hclog.New(&hclog.LoggerOptions{Name: "gatehouse", Output: &buf, Level: hclog.Trace})
 		var total atomic.Uint64
-		newRelay(log, 1, 2, &total).line(line, time.Now())
+		NewWorkerOutput(log, 1, 2, &total).line(line, time.Now())
 		out := buf.String()
 		if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") {
 			t.Fatalf("%q relayed as %d lines: %q", line, strings.Count(out, "\n"), out)
