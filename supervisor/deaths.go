@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 )
 
 // Why a worker died: the reason label of gatehouse_worker_deaths_total. A
@@ -43,13 +44,13 @@ type deathCause struct {
 // deathReason classifies a reaped worker. killedFor is the reason the
 // supervisor killed it for, or "": it applies only when the process did die
 // of the supervisor's SIGKILL, not of something that got there first.
-func deathReason(m exitResult, killedFor string) string {
+func deathReason(m spawn.Exited, killedFor string) string {
 	switch {
-	case killedFor != "" && m.signal == unix.SIGKILL:
+	case killedFor != "" && m.Signal == unix.SIGKILL:
 		return killedFor
-	case m.signal == unix.SIGSYS:
+	case m.Signal == unix.SIGSYS:
 		return DeathSeccomp
-	case m.signal != 0:
+	case m.Signal != 0:
 		return DeathSignal
 	}
 	return DeathExit

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -146,9 +147,9 @@ func (d *dispatcher) drainWake(now time.Time) {
 
 func (d *dispatcher) message(m any, now time.Time) {
 	switch m := m.(type) {
-	case spawnResult:
+	case spawn.Started:
 		d.spawned(m, now)
-	case exitResult:
+	case spawn.Exited:
 		d.exited(m, now)
 	case stopMsg:
 		d.stop(now)

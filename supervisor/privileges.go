@@ -9,6 +9,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 )
 
 // dropPrivileges leaves the supervisor with what it needs once its
@@ -97,7 +98,7 @@ func (s *Supervisor) startSpawner(worker sandbox.Account) (*spawner.Client, erro
 		return sp, nil
 	}
 	sp.Close()
-	opts.AmbientCaps = sysAdminCap
+	opts.AmbientCaps = spawn.SysAdminCap
 	if sp, _, err = spawner.Start(opts); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -379,27 +380,29 @@ func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
 		// The spawner creates the namespaces, as the workers' account.
 		var flags uint64
 		flags, missing, err = s.spawner.Check(append(args, policy.Args()...))
-		attr = attrWithCloneflags(flags)
+		attr = spawn.AttrWithCloneflags(flags)
 	} else {
 		attr, missing, err = sandbox.SpawnAttr(policy)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
-	if s.sharedUID && !separatesProcesses(attr) {
+	if s.sharedUID && !spawn.SeparatesProcesses(attr) {
 		return nil, fmt.Errorf("%w: started unprivileged without user and pid namespaces: a worker would run as the supervisor's uid and could signal or trace it; start gatehouse as root (it drops to user and runs workers as worker_user)", ErrSandbox)
 	}
 	for _, l := range missing {
 		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
 	}
-	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawnLayers(attr, missing),
+	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawn.Layers(attr, missing),
 		roots: roots, rootPaths: policy.Roots}, nil
 }
 
-// procAttr is a copy of the process attributes, one per spawn.
-func (w *workerSpec) procAttr() *syscall.SysProcAttr {
-	a := *w.attr
-	return &a
+// spawnWorker starts one worker process of spec for slot's generation gen
+// and waits for it, on the calling goroutine (spawn.Starter.Run).
+func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
+	attr := *spec.attr // a copy per process
+	st := spawn.Starter{Path: s.opts.WorkerPath, Spawner: s.spawner, SpawnerArgs: s.spawnerArgs(), Log: s.log, Dropped: &s.logDropped, Post: s.post}
+	st.Run(slot, gen, spawn.Command{Args: spec.args, Attr: &attr, Roots: spec.roots})
 }
 
 // sandboxPolicy derives the workers' sandbox from the configuration: the

@@ -1,4 +1,4 @@
-package supervisor
+package spawn
 
 import (
 	"syscall"
@@ -8,8 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// spawnLayers reports the namespaces a worker is spawned into.
-func spawnLayers(attr *syscall.SysProcAttr, missing []sandbox.Layer) []*proto.SandboxLayer {
+// Layers reports the namespaces a worker is spawned into.
+func Layers(attr *syscall.SysProcAttr, missing []sandbox.Layer) []*proto.SandboxLayer {
 	var out []*proto.SandboxLayer
 	for _, ns := range []struct {
 		name string
@@ -25,18 +25,18 @@ func spawnLayers(attr *syscall.SysProcAttr, missing []sandbox.Layer) []*proto.Sa
 	return out
 }
 
-// sysAdminCap is what the spawner keeps where its account may not create
+// SysAdminCap is what the spawner keeps where its account may not create
 // user namespaces.
-var sysAdminCap = []uintptr{unix.CAP_SYS_ADMIN}
+var SysAdminCap = []uintptr{unix.CAP_SYS_ADMIN}
 
-// separatesProcesses reports whether workers spawned with attr can neither
+// SeparatesProcesses reports whether workers spawned with attr can neither
 // see nor signal the supervisor although they share its uid: their own user
 // and pid namespaces.
-func separatesProcesses(attr *syscall.SysProcAttr) bool {
+func SeparatesProcesses(attr *syscall.SysProcAttr) bool {
 	return attr.Cloneflags&syscall.CLONE_NEWUSER != 0 && attr.Cloneflags&syscall.CLONE_NEWPID != 0
 }
 
-// attrWithCloneflags is the attributes a spawner reported, for the layers.
-func attrWithCloneflags(flags uint64) *syscall.SysProcAttr {
+// AttrWithCloneflags is the attributes a spawner reported, for the layers.
+func AttrWithCloneflags(flags uint64) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Cloneflags: uintptr(flags)}
 }
