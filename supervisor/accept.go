@@ -7,6 +7,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +54,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			d.pauseAccept(now, "descriptor reserve reached and no idle or incomplete connection to close")
 			return
 		}
-		fd, peer, err := accept(l.fd)
+		fd, peer, err := sockets.Accept(l.fd)
 		switch err {
 		case nil:
 		case unix.EAGAIN:

@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -74,7 +75,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		if slices.ContainsFunc(bound, func(o boundAddr) bool { return o.cfg == l.Address }) {
 			continue
 		}
-		fd, bound, err := bindTCP(l.Address)
+		fd, bound, err := sockets.Bind(l.Address)
 		if err != nil {
 			for _, a := range added {
 				unix.Close(a.fd)

@@ -26,6 +26,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -175,8 +176,8 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	if opts.WorkerPath == "" {
 		opts.WorkerPath = "/proc/self/exe"
 	}
-	if err := closeOnExecInherited(); err != nil {
-		closeInherited(opts.Inherited)
+	if err := sockets.CloseOnExecInherited(); err != nil {
+		sockets.CloseInherited(opts.Inherited)
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
 	s := newSupervisor(cfg, opts)

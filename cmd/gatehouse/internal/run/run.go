@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/worker"
 	"github.com/hashicorp/go-hclog"
 )
@@ -123,11 +124,11 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 	}
 	// Socket activation: the init system's sockets replace the bindings of
 	// the listeners they match. ListenFDs unsets LISTEN_* either way.
-	socks, err := supervisor.ListenFDs()
+	socks, err := sockets.ListenFDs()
 	if err != nil {
 		return fail(ExitBind, err)
 	}
-	inherited, err := supervisor.MatchInherited(cfg, socks)
+	inherited, err := sockets.MatchInherited(cfg, socks)
 	if err != nil {
 		return fail(ExitBind, err)
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package sockets
 
 import (
 	"net"
@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestAcceptPeerAddress: accept decodes the peer's address itself, for IPv4
+// TestAcceptPeerAddress: Accept decodes the peer's address itself, for IPv4
 // and IPv6 clients, and hands over a non-blocking, close-on-exec socket.
 func TestAcceptPeerAddress(t *testing.T) {
 	for _, c := range []struct{ listen, from string }{
@@ -41,7 +41,7 @@ func TestAcceptPeerAddress(t *testing.T) {
 		var fd int
 		var peer netip.AddrPort
 		for i := 0; ; i++ {
-			fd, peer, err = accept(lfd)
+			fd, peer, err = Accept(lfd)
 			if err != unix.EAGAIN || i == 500 {
 				break
 			}
@@ -79,7 +79,7 @@ func TestAcceptedSocketsNoDelay(t *testing.T) {
 		defer c.Close()
 		var fd int
 		for i := 0; ; i++ {
-			fd, _, err = accept(lfd)
+			fd, _, err = Accept(lfd)
 			if err != unix.EAGAIN || i == 500 {
 				break
 			}
@@ -108,16 +108,16 @@ func TestAcceptedSocketsNoDelay(t *testing.T) {
 		config.Listener{Name: "activated", Address: netip.MustParseAddrPort("127.0.0.1:1")},
 		config.Listener{Name: "bound", Address: netip.MustParseAddrPort("127.0.0.1:0")},
 	)
-	ls, err := openListeners(cfg, map[string]int{"activated": inherited})
+	ls, err := Open(cfg.Listeners, map[string]int{"activated": inherited})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range ls {
-		defer unix.Close(l.fd)
+		defer unix.Close(l.FD)
 	}
 	for _, l := range ls {
-		if v := noDelay(l.fd, l.addr); v == 0 {
-			t.Errorf("listener %q: accepted socket without TCP_NODELAY", l.name)
+		if v := noDelay(l.FD, l.Addr); v == 0 {
+			t.Errorf("listener %q: accepted socket without TCP_NODELAY", l.Name)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package supervisor
+package sockets
 
 import (
 	"os"
@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// closeOnExecInherited marks every descriptor above stderr close-on-exec, so
+// CloseOnExecInherited marks every descriptor above stderr close-on-exec, so
 // that nothing gatehouse inherited from its parent reaches a worker.
-func closeOnExecInherited() error {
+func CloseOnExecInherited() error {
 	ents, err := os.ReadDir("/dev/fd")
 	if err != nil {
 		return err

@@ -1,4 +1,9 @@
-package supervisor
+// Package sockets makes and takes the supervisor's listening sockets: it
+// binds them, adopts those the init system passed (socket activation),
+// accepts connections on them, and keeps inherited descriptors from
+// reaching workers. Its sockets are raw descriptors for the loop's poller,
+// never net.Listeners. It knows nothing of the loop.
+package sockets
 
 import (
 	"errors"
@@ -16,19 +21,19 @@ import (
 // by net.core.somaxconn.
 const listenBacklog = 4096
 
-// listener is one bound, non-blocking listening socket owned by the loop.
-type listener struct {
-	id      uint64 // stable across reloads; the poller token
-	name    string
-	fd      int
-	cfgAddr netip.AddrPort // the address the configuration asked for
-	addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
+// Listener is one bound, non-blocking, close-on-exec listening socket, as
+// Open makes it.
+type Listener struct {
+	Name    string
+	FD      int
+	CfgAddr netip.AddrPort // the address the configuration asked for
+	Addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
 }
 
-// bindTCP creates a non-blocking, close-on-exec listening socket on addr,
-// with TCP_NODELAY for its connections (setNoDelay). IPv6 sockets are
+// Bind creates a non-blocking, close-on-exec listening socket on addr,
+// with TCP_NODELAY for its connections (SetNoDelay). IPv6 sockets are
 // IPV6_V6ONLY so that "[::]:80" and "0.0.0.0:80" can coexist.
-func bindTCP(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
+func Bind(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
 	family := unix.AF_INET
 	if addr.Addr().Is6() && !addr.Addr().Is4In6() {
 		family = unix.AF_INET6
@@ -44,7 +49,7 @@ func bindTCP(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 		return fail("setsockopt", err)
 	}
-	if err := setNoDelay(fd); err != nil {
+	if err := SetNoDelay(fd); err != nil {
 		return fail("setsockopt", err)
 	}
 	var sa unix.Sockaddr
@@ -66,10 +71,10 @@ func bindTCP(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
 	if err != nil {
 		return fail("getsockname", err)
 	}
-	return fd, sockaddrAddrPort(got), nil
+	return fd, AddrPort(got), nil
 }
 
-// setNoDelay sets TCP_NODELAY on a socket: a listening one, or on other
+// SetNoDelay sets TCP_NODELAY on a socket: a listening one, or on other
 // systems than Linux an accepted one. On Linux an accepted socket inherits
 // it with the rest of the listener's TCP state (TestAcceptedSocketsNoDelay
 // checks it), so no connection pays a system call for it. Without it a
@@ -77,12 +82,12 @@ func bindTCP(addr netip.AddrPort) (fd int, bound netip.AddrPort, err error) {
 // the first, 40 ms for that ACK before the second leaves (Nagle's
 // algorithm; docs/DESIGN.md §3.5). The supervisor's own answers, the
 // workers' responses and the relays all go out on accepted sockets.
-func setNoDelay(fd int) error {
+func SetNoDelay(fd int) error {
 	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 }
 
-// sockaddrAddrPort converts a socket address to netip form.
-func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
+// AddrPort converts a socket address to netip form.
+func AddrPort(sa unix.Sockaddr) netip.AddrPort {
 	switch a := sa.(type) {
 	case *unix.SockaddrInet4:
 		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
@@ -92,19 +97,19 @@ func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// openListeners makes the listening sockets of cfg, in configuration order: a
+// Open makes the listening sockets of ls, in their order: a
 // listener named in inherited adopts that descriptor (socket activation), the
 // others are bound. It takes ownership of every inherited descriptor: on
 // error all of them, and every socket bound so far, are closed. An inherited
-// descriptor whose name no listener has is an error.
-func openListeners(cfg *config.Config, inherited map[string]int) ([]listener, error) {
-	var out []listener
-	fail := func(err error) ([]listener, error) {
+// descriptor whose name no listener has is an error. Its errors name the listener.
+func Open(ls []config.Listener, inherited map[string]int) ([]Listener, error) {
+	var out []Listener
+	fail := func(err error) ([]Listener, error) {
 		for _, l := range out {
-			unix.Close(l.fd)
+			unix.Close(l.FD)
 		}
 		for name, fd := range inherited {
-			if !slices.ContainsFunc(out, func(l listener) bool { return l.name == name }) {
+			if !slices.ContainsFunc(out, func(l Listener) bool { return l.Name == name }) {
 				unix.Close(fd)
 			}
 		}
@@ -112,43 +117,43 @@ func openListeners(cfg *config.Config, inherited map[string]int) ([]listener, er
 	}
 	var unknown []string
 	for name := range inherited {
-		if !slices.ContainsFunc(cfg.Listeners, func(l config.Listener) bool { return l.Name == name }) {
+		if !slices.ContainsFunc(ls, func(l config.Listener) bool { return l.Name == name }) {
 			unknown = append(unknown, name)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return fail(fmt.Errorf("%w: inherited socket for listener %q, which the configuration does not have", ErrBind, unknown[0]))
+		return fail(fmt.Errorf("inherited socket for listener %q, which the configuration does not have", unknown[0]))
 	}
-	for _, l := range cfg.Listeners {
+	for _, l := range ls {
 		var (
 			fd    int
 			bound netip.AddrPort
 			err   error
 		)
 		if ifd, ok := inherited[l.Name]; ok {
-			fd, bound, err = adoptListener(ifd) // on error, fail closes ifd
+			fd, bound, err = Adopt(ifd) // on error, fail closes ifd
 		} else {
-			fd, bound, err = bindTCP(l.Address)
+			fd, bound, err = Bind(l.Address)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("%w: listener %q: %w", ErrBind, l.Name, err))
+			return fail(fmt.Errorf("listener %q: %w", l.Name, err))
 		}
-		out = append(out, listener{id: uint64(len(out)), name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound})
+		out = append(out, Listener{Name: l.Name, FD: fd, CfgAddr: l.Address, Addr: bound})
 	}
 	return out, nil
 }
 
-// errNotListening is returned by adoptListener for a descriptor that is not a
+// ErrNotListening is returned by Adopt for a descriptor that is not a
 // listening TCP socket.
-var errNotListening = errors.New("not a listening TCP socket")
+var ErrNotListening = errors.New("not a listening TCP socket")
 
-// adoptListener checks that fd, inherited from the init system, is a
+// Adopt checks that fd, inherited from the init system, is a
 // listening TCP socket and makes it non-blocking, close-on-exec and
-// TCP_NODELAY, as bindTCP's sockets are. It stays a raw descriptor for the
+// TCP_NODELAY, as Bind's sockets are. It stays a raw descriptor for the
 // loop (never a net.Listener, whose netpoller registration would fight the
 // dispatcher's epoll set). On error the caller still owns fd.
-func adoptListener(fd int) (int, netip.AddrPort, error) {
+func Adopt(fd int) (int, netip.AddrPort, error) {
 	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err != nil {
 		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("getsockopt", err))
@@ -157,25 +162,26 @@ func adoptListener(fd int) (int, netip.AddrPort, error) {
 	if err != nil {
 		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("getsockname", err))
 	}
-	bound := sockaddrAddrPort(sa)
+	bound := AddrPort(sa)
 	if typ != unix.SOCK_STREAM || !bound.IsValid() {
-		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, errNotListening)
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, ErrNotListening)
 	}
 	if on, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || on == 0 {
-		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d (%s): %w", fd, bound, errNotListening)
+		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d (%s): %w", fd, bound, ErrNotListening)
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("fcntl", err))
 	}
-	if err := setNoDelay(fd); err != nil {
+	if err := SetNoDelay(fd); err != nil {
 		return -1, netip.AddrPort{}, fmt.Errorf("inherited descriptor %d (%s): %w", fd, bound, os.NewSyscallError("setsockopt", err))
 	}
 	unix.CloseOnExec(fd)
 	return fd, bound, nil
 }
 
-// closeInherited closes every inherited descriptor, for New's early errors.
-func closeInherited(inherited map[string]int) {
+// CloseInherited closes every inherited descriptor, for the errors before
+// Open took them.
+func CloseInherited(inherited map[string]int) {
 	for _, fd := range inherited {
 		unix.Close(fd)
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package sockets
 
 import (
 	"encoding/binary"
@@ -8,12 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// accept takes one connection, non-blocking and close-on-exec atomically,
+// Accept takes one connection, non-blocking and close-on-exec atomically,
 // and returns its peer's address. It calls accept4 itself: x/sys's Accept4
 // asks the kernel for the socket's protocol (a getsockopt) and allocates the
 // address on every connection. The listener is non-blocking, so the call is
 // raw: it never blocks, and need not wake the runtime's monitor.
-func accept(lfd int) (int, netip.AddrPort, error) {
+func Accept(lfd int) (int, netip.AddrPort, error) {
 	var rsa unix.RawSockaddrAny
 	n := uint32(unix.SizeofSockaddrAny)
 	fd, _, errno := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lfd), uintptr(unsafe.Pointer(&rsa)),

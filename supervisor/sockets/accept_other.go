@@ -1,6 +1,6 @@
 //go:build !linux
 
-package supervisor
+package sockets
 
 import (
 	"net/netip"
@@ -9,11 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// accept takes one connection and makes it non-blocking, close-on-exec and
+// Accept takes one connection and makes it non-blocking, close-on-exec and
 // TCP_NODELAY (set here, not trusted to be inherited from the listener).
 // x/sys offers no accept4 here, so the two steps run under ForkLock, as the
 // standard library does, so that no fork in between inherits the descriptor.
-func accept(lfd int) (int, netip.AddrPort, error) {
+func Accept(lfd int) (int, netip.AddrPort, error) {
 	syscall.ForkLock.RLock()
 	fd, sa, err := unix.Accept(lfd)
 	if err == nil {
@@ -27,9 +27,9 @@ func accept(lfd int) (int, netip.AddrPort, error) {
 		unix.Close(fd)
 		return -1, netip.AddrPort{}, err
 	}
-	if err := setNoDelay(fd); err != nil {
+	if err := SetNoDelay(fd); err != nil {
 		unix.Close(fd)
 		return -1, netip.AddrPort{}, err
 	}
-	return fd, sockaddrAddrPort(sa), nil
+	return fd, AddrPort(sa), nil
 }

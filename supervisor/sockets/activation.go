@@ -1,4 +1,4 @@
-package supervisor
+package sockets
 
 import (
 	"errors"
@@ -128,7 +128,7 @@ func matchSocket(cfg *config.Config, s ActivatedSocket) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: descriptor %d (name %q): %w", ErrActivation, s.FD, s.Name, os.NewSyscallError("getsockname", err))
 	}
-	bound := sockaddrAddrPort(sa)
+	bound := AddrPort(sa)
 	if bound.IsValid() {
 		for _, l := range cfg.Listeners {
 			if sameAddrPort(l.Address, bound) {

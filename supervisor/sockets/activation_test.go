@@ -1,4 +1,4 @@
-package supervisor
+package sockets
 
 import (
 	"errors"
@@ -71,7 +71,7 @@ func tcpSocket(t *testing.T, listen bool) (int, netip.AddrPort) {
 		}
 	}
 	sa, _ := unix.Getsockname(fd)
-	return fd, sockaddrAddrPort(sa)
+	return fd, AddrPort(sa)
 }
 
 func isOpen(fd int) bool {
@@ -136,16 +136,16 @@ func TestOpenListenersInherited(t *testing.T) {
 		config.Listener{Name: "http", Address: netip.MustParseAddrPort("127.0.0.1:1")}, // not bound: inherited
 		config.Listener{Name: "b", Address: netip.MustParseAddrPort("127.0.0.1:0")},
 	)
-	ls, err := openListeners(cfg, map[string]int{"http": fd})
+	ls, err := Open(cfg.Listeners, map[string]int{"http": fd})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		for _, l := range ls {
-			unix.Close(l.fd)
+			unix.Close(l.FD)
 		}
 	}()
-	if ls[0].fd != fd || ls[0].addr != addr || ls[0].cfgAddr.Port() != 1 {
+	if ls[0].FD != fd || ls[0].Addr != addr || ls[0].CfgAddr.Port() != 1 {
 		t.Errorf("inherited listener %+v, want fd %d at %v", ls[0], fd, addr)
 	}
 	if fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); fl&unix.O_NONBLOCK == 0 {
@@ -154,7 +154,7 @@ func TestOpenListenersInherited(t *testing.T) {
 	if fdfl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); fdfl&unix.FD_CLOEXEC == 0 {
 		t.Error("inherited socket not close-on-exec")
 	}
-	if ls[1].addr.Port() == 0 || ls[1].fd == fd {
+	if ls[1].Addr.Port() == 0 || ls[1].FD == fd {
 		t.Errorf("second listener not bound: %+v", ls[1])
 	}
 	// It accepts.
@@ -177,9 +177,9 @@ func TestOpenListenersRejects(t *testing.T) {
 	unix.Pipe2(pipe[:], unix.O_CLOEXEC)
 	defer unix.Close(pipe[1])
 	for name, fd := range map[string]int{"not listening": notListening, "udp": udp, "pipe": pipe[0]} {
-		_, err := openListeners(cfg, map[string]int{"http": fd})
-		if !errors.Is(err, ErrBind) {
-			t.Errorf("%s: error %v, want ErrBind", name, err)
+		_, err := Open(cfg.Listeners, map[string]int{"http": fd})
+		if err == nil || !strings.Contains(err.Error(), `listener "http"`) {
+			t.Errorf("%s: error %v, want one naming the listener", name, err)
 		}
 		if isOpen(fd) {
 			t.Errorf("%s: descriptor left open", name)
@@ -188,7 +188,7 @@ func TestOpenListenersRejects(t *testing.T) {
 	}
 	// A name the configuration lacks.
 	fd, _ := tcpSocket(t, true)
-	if _, err := openListeners(cfg, map[string]int{"nope": fd}); !errors.Is(err, ErrBind) || !strings.Contains(err.Error(), `"nope"`) {
+	if _, err := Open(cfg.Listeners, map[string]int{"nope": fd}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("unknown name: %v", err)
 	}
 	if isOpen(fd) {
