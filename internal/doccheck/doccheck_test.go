@@ -1,7 +1,7 @@
 // Package doccheck holds tests that keep the repository self-contained and
 // readable: no file cites a document outside it, every citation of
 // docs/DESIGN.md names a section that exists, and no hand-written Go source
-// file outgrows one concern.
+// file or package outgrows one concern.
 package doccheck
 
 import (
@@ -129,6 +129,52 @@ func TestSourceFilesStaySmall(t *testing.T) {
 		}
 		if n := strings.Count(text, "\n"); n > maxSourceLines {
 			t.Errorf("%s has %d lines, over %d: split it by concern", path, n, maxSourceLines)
+		}
+	}
+}
+
+// maxPackageFiles bounds a package's hand-written non-test Go files: past it
+// a package holds more than one concern, and is split into packages by
+// concern, each with one job and a small API, as the supervisor's limits,
+// log relay and upstream broker were.
+const maxPackageFiles = 30
+
+// oversized are the packages still over maxPackageFiles while they are split,
+// each with the count it stands at: it may not grow, and once it shrinks its
+// entry is lowered (and removed at maxPackageFiles).
+var oversized = map[string]int{
+	// The loop still holds TLS key custody and the metrics.
+	"supervisor": 41,
+	// The handlers, the TLS transport and the I/O are to be split.
+	"worker": 39,
+}
+
+func TestPackagesStaySmall(t *testing.T) {
+	files := map[string]int{}
+	for path := range sources(t) {
+		if filepath.Ext(path) != ".go" || strings.HasSuffix(path, "_test.go") || strings.HasSuffix(path, ".pb.go") {
+			continue
+		}
+		dir, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[filepath.ToSlash(dir)]++
+	}
+	for dir, n := range files {
+		limit, over := oversized[dir]
+		switch {
+		case !over && n > maxPackageFiles:
+			t.Errorf("%s has %d non-test Go files, over %d: split it into packages by concern", dir, n, maxPackageFiles)
+		case over && n > limit:
+			t.Errorf("%s has %d non-test Go files, more than the %d it stands at (over %d): split it by concern, do not grow it", dir, n, limit, maxPackageFiles)
+		case over && n < limit:
+			t.Errorf("%s has %d non-test Go files, fewer than the %d of its entry in oversized: lower the entry", dir, n, limit)
+		}
+	}
+	for dir := range oversized {
+		if files[dir] == 0 {
+			t.Errorf("oversized names %s, which has no Go file", dir)
 		}
 	}
 }
