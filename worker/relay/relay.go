@@ -1,4 +1,8 @@
-package worker
+// Package relay copies an upgraded connection's bytes both ways between the
+// client and the upstream until both ends are done, splicing where the
+// kernel allows (docs/DESIGN.md §10): ends are passed on as half-closes,
+// idle and fin waits bound it. It knows nothing of rounds or handlers.
+package relay
 
 import (
 	"errors"
@@ -44,9 +48,9 @@ func (s *relayState) waitAgain(err error) bool {
 
 func (s *relayState) touch() { s.last.Store(time.Now().UnixNano()) }
 
-// relayConn is one side of a relay: a socket under the runtime's poller
-// (socketSide), or a TLS connection over one (tlsSide).
-type relayConn interface {
+// Conn is one side of a relay: a socket under the runtime's poller
+// (SocketSide), or a TLS connection over one (TLSSide).
+type Conn interface {
 	io.ReadWriter
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
@@ -60,11 +64,14 @@ type relayConn interface {
 
 // socketSide is a plain socket as a side of a relay; it splices.
 type socketSide struct {
-	relaySocket
+	Socket
 }
 
-// relaySocket is a socket under the runtime's poller.
-type relaySocket interface {
+// SocketSide is s as a side of a relay.
+func SocketSide(s Socket) Conn { return socketSide{s} }
+
+// Socket is a socket under the runtime's poller.
+type Socket interface {
 	io.ReadWriter
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
@@ -74,7 +81,7 @@ type relaySocket interface {
 func (s socketSide) closeWrite() { shutdown(s, unix.SHUT_WR) }
 func (s socketSide) abort()      { shutdown(s, unix.SHUT_RDWR) }
 
-// relay copies both directions between client and upstream until both
+// Run copies both directions between client and upstream until both
 // have ended: a side's EOF is passed on as a half-close (closeWrite) and
 // the other direction then has relayFinWait to finish; an error, or idle
 // without a byte either way, ends both (abort). pre are bytes already read
@@ -82,7 +89,7 @@ func (s socketSide) abort()      { shutdown(s, unix.SHUT_RDWR) }
 // both sides are sockets, else copied. One direction runs on the calling
 // goroutine, the other on one more. It returns the bytes sent to the
 // client and to the upstream.
-func relay(client, upstream relayConn, toUpstream, toClient []byte, idle time.Duration) (toClientN, toUpstreamN int64) {
+func Run(client, upstream Conn, toUpstream, toClient []byte, idle time.Duration) (toClientN, toUpstreamN int64) {
 	s := &relayState{idle: idle}
 	s.touch()
 	down := make(chan int64, 1)
@@ -97,7 +104,7 @@ func relay(client, upstream relayConn, toUpstream, toClient []byte, idle time.Du
 
 // direction relays src to dst until src ends, then half-closes dst and
 // makes the other direction finish within relayFinWait.
-func (s *relayState) direction(dst, src relayConn, pre []byte) int64 {
+func (s *relayState) direction(dst, src Conn, pre []byte) int64 {
 	var n int64
 	err := s.writeAll(dst, pre)
 	if err == nil {
@@ -128,7 +135,7 @@ func (s *relayState) direction(dst, src relayConn, pre []byte) int64 {
 }
 
 // writeAll writes p to dst under the relay's deadline.
-func (s *relayState) writeAll(dst relayConn, p []byte) error {
+func (s *relayState) writeAll(dst Conn, p []byte) error {
 	for len(p) > 0 {
 		dst.SetWriteDeadline(time.Now().Add(s.idle))
 		n, err := dst.Write(p)
@@ -141,7 +148,7 @@ func (s *relayState) writeAll(dst relayConn, p []byte) error {
 }
 
 // copy is the portable direction: read into a buffer, write it out.
-func (s *relayState) copy(dst, src relayConn) (int64, error) {
+func (s *relayState) copy(dst, src Conn) (int64, error) {
 	buf := make([]byte, relayBufSize)
 	var total int64
 	for {
@@ -173,4 +180,4 @@ func shutdown(c syscall.Conn, how int) {
 }
 
 // errNoSplice is splice's answer when the kernel cannot splice this pair.
-var errNoSplice = errors.New("worker: splice not available")
+var errNoSplice = errors.New("relay: splice not available")

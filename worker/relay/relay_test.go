@@ -1,4 +1,4 @@
-package worker
+package relay
 
 import (
 	"bytes"
@@ -58,7 +58,7 @@ func TestRelaySplice(t *testing.T) {
 	}
 	done := make(chan [2]int64, 1)
 	go func() {
-		a, b := relay(socketSide{client}, socketSide{upstream}, []byte("early-up:"), []byte("early-down:"), 5*time.Second)
+		a, b := Run(socketSide{client}, socketSide{upstream}, []byte("early-up:"), []byte("early-down:"), 5*time.Second)
 		done <- [2]int64{a, b}
 	}()
 	big := make([]byte, 1<<20)
@@ -109,7 +109,7 @@ func TestRelayCost(t *testing.T) {
 		u, up := tcpPair(t)
 		pairs[i] = pair{cp, up}
 		go func() {
-			relay(socketSide{c}, socketSide{u}, nil, nil, 30*time.Second)
+			Run(socketSide{c}, socketSide{u}, nil, nil, 30*time.Second)
 			done <- struct{}{}
 		}()
 		// One exchange each way, so both directions have run.
@@ -202,7 +202,7 @@ func TestRelayTLSCost(t *testing.T) {
 	done := make(chan struct{}, n)
 	for _, p := range all {
 		go func() {
-			relay(&tlsSide{Conn: p.server, sock: p.sock}, socketSide{p.up}, nil, nil, 30*time.Second)
+			Run(&tlsSide{Conn: p.server, sock: p.sock}, socketSide{p.up}, nil, nil, 30*time.Second)
 			done <- struct{}{}
 		}()
 		p.client.Write([]byte("ping"))

@@ -1,4 +1,4 @@
-package worker
+package relay
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ const spliceMax = 64 << 10
 // CLOEXEC) instead. It returns errNoSplice, before moving a byte, when the
 // kernel refuses the pair, or a side is not a socket of its own (a TLS
 // connection's bytes are not the plaintext).
-func (s *relayState) splice(dst, src relayConn) (int64, error) {
+func (s *relayState) splice(dst, src Conn) (int64, error) {
 	srcS, ok := src.(socketSide)
 	if !ok {
 		return 0, errNoSplice

@@ -1,4 +1,4 @@
-package worker
+package relay
 
 import (
 	"crypto/tls"
@@ -7,6 +7,10 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// TLSSide is c, a TLS connection over the socket sock, as a side of a
+// relay.
+func TLSSide(c *tls.Conn, sock syscall.Conn) Conn { return &tlsSide{Conn: c, sock: sock} }
 
 // tlsSide is a TLS client connection as a side of a relay: its plaintext is
 // read and written through the worker's TLS state (crypto/tls), so that
