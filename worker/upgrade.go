@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gatehouse-dev/gatehouse/worker/relay"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // hopByHop are the connection-specific fields of RFC 9110 §7.6.1 that a proxy
@@ -152,8 +153,8 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	var client relay.Conn
 	fd := cs.fd
 	switch nc := cs.nc.(type) {
-	case *plainConn:
-		client = relay.SocketSide(nc.poll())
+	case *transport.Plain:
+		client = relay.SocketSide(nc.Poll())
 	case *tls.Conn:
 		client = relay.TLSSide(nc, cs.tnc)
 		fd = cs.tfd

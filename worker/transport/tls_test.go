@@ -1,4 +1,4 @@
-package worker
+package transport
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 // transportPair returns a tlsTransport over one end of a non-blocking
 // socket pair, under the runtime's poller as a TLS connection's is, and the
 // other end, blocking.
-func transportPair(t *testing.T) (*tlsTransport, int) {
+func transportPair(t *testing.T) (*TLS, int) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -24,7 +24,7 @@ func transportPair(t *testing.T) (*tlsTransport, int) {
 		t.Fatal(err)
 	}
 	f := os.NewFile(uintptr(fds[0]), "conn")
-	tt, err := newTLSTransport(f, fds[0])
+	tt, err := NewTLS(f, fds[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,15 +63,15 @@ func TestTLSTransportReadsWholeRecords(t *testing.T) {
 	if err != nil || !bytes.Equal(buf[:n], first) {
 		t.Fatalf("first read: %d bytes, %v; want the whole first record (%d bytes)", n, err, len(first))
 	}
-	if _, err := tt.Read(buf); !errors.Is(err, errNoRecord) {
-		t.Fatalf("read of a partial record without waiting: %v, want errNoRecord", err)
+	if _, err := tt.Read(buf); !errors.Is(err, ErrNoRecord) {
+		t.Fatalf("read of a partial record without waiting: %v, want ErrNoRecord", err)
 	}
 	peek := make([]byte, 4096)
 	if n, _, _, _, _ := unix.Recvmsg(tt.fd, peek, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT); n != 100 || !bytes.Equal(peek[:n], second[:100]) {
 		t.Fatalf("the socket holds %d bytes after the first record, want the partial second record's 100", n)
 	}
 	write(t, peer, second[100:])
-	if !tt.buffered() {
+	if !tt.Buffered() {
 		t.Fatal("a whole record is not buffered")
 	}
 	n, err = tt.Read(buf)

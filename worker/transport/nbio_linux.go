@@ -1,4 +1,4 @@
-package worker
+package transport
 
 import (
 	"unsafe"
@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readNB, writeNB, sendNB and peekNB are read(2), write(2), a gathering
+// readNB, writeNB, sendNB and Peek are read(2), write(2), a gathering
 // send and a peek on a non-blocking socket, made without the runtime's system-call bookkeeping
 // since they never block. Counted as blocking, a call wakes the runtime's
 // monitor from its deep sleep, and one that outlasts the monitor's 20 µs
@@ -57,9 +57,9 @@ func sendNB(fd int, a, b []byte, more bool) (int, error) {
 	return int(m), nil
 }
 
-// peekNB is recv(2) with MSG_PEEK on a non-blocking socket, as recvmsg(2):
+// Peek is recv(2) with MSG_PEEK on a non-blocking socket, as recvmsg(2):
 // the sandbox's filter allows it, recvfrom not.
-func peekNB(fd int, p []byte) (int, error) {
+func Peek(fd int, p []byte) (int, error) {
 	var iov unix.Iovec
 	if len(p) > 0 {
 		iov.Base = &p[0]

@@ -1,10 +1,10 @@
 //go:build !linux
 
-package worker
+package transport
 
 import "golang.org/x/sys/unix"
 
-// readNB, writeNB, sendNB and peekNB are read(2), write(2), a gathering
+// readNB, writeNB, sendNB and Peek are read(2), write(2), a gathering
 // send and a peek on a non-blocking socket.
 func readNB(fd int, p []byte) (int, error) {
 	n, err := unix.Read(fd, p)
@@ -32,8 +32,8 @@ func sendNB(fd int, a, b []byte, _ bool) (int, error) {
 	return unix.SendmsgBuffers(fd, bufs, nil, nil, 0)
 }
 
-// peekNB is recv(2) with MSG_PEEK on a non-blocking socket.
-func peekNB(fd int, p []byte) (int, error) {
+// Peek is recv(2) with MSG_PEEK on a non-blocking socket.
+func Peek(fd int, p []byte) (int, error) {
 	n, _, _, _, err := unix.Recvmsg(fd, p, nil, unix.MSG_PEEK|unix.MSG_DONTWAIT)
 	if err != nil {
 		return 0, err

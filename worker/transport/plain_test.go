@@ -1,4 +1,4 @@
-package worker
+package transport
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 
 // plainPair returns a plainConn over one end of a non-blocking socket pair,
 // as the supervisor's descriptors are, and the other end, blocking.
-func plainPair(t *testing.T) (*plainConn, int) {
+func plainPair(t *testing.T) (*Plain, int) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -22,7 +22,7 @@ func plainPair(t *testing.T) (*plainConn, int) {
 	if err := unix.SetNonblock(fds[0], true); err != nil {
 		t.Fatal(err)
 	}
-	c := &plainConn{fd: fds[0]}
+	c := &Plain{fd: fds[0]}
 	t.Cleanup(func() {
 		c.Close()
 		unix.Close(fds[1])
@@ -81,12 +81,12 @@ func TestPlainConnReadWaitsWithDeadline(t *testing.T) {
 	}
 }
 
-// noWait answers errWouldBlock instead of waiting, and a closed peer is EOF.
+// noWait answers ErrWouldBlock instead of waiting, and a closed peer is EOF.
 func TestPlainConnNoWaitAndEOF(t *testing.T) {
 	c, peer := plainPair(t)
 	c.noWait = true
-	if _, err := c.Read(make([]byte, 8)); !errors.Is(err, errWouldBlock) {
-		t.Fatalf("read under noWait: %v, want errWouldBlock", err)
+	if _, err := c.Read(make([]byte, 8)); !errors.Is(err, ErrWouldBlock) {
+		t.Fatalf("read under noWait: %v, want ErrWouldBlock", err)
 	}
 	if c.f != nil {
 		t.Fatal("a read under noWait put the connection under the poller")
@@ -159,7 +159,7 @@ func TestPlainConnWritePartsWaits(t *testing.T) {
 			done <- got
 		}()
 		c.SetWriteDeadline(time.Now().Add(time.Minute))
-		if n, err := c.writeParts(a, b, more); err != nil || n != len(want) {
+		if n, err := c.WriteParts(a, b, more); err != nil || n != len(want) {
 			t.Fatalf("more %v: wrote %d of %d: %v", more, n, len(want), err)
 		}
 		if got := <-done; !bytes.Equal(got, want) {
@@ -172,7 +172,7 @@ func TestPlainConnWritePartsWaits(t *testing.T) {
 
 	c, _ := plainPair(t)
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	n, err := c.writeParts(a, b, false)
+	n, err := c.WriteParts(a, b, false)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n >= len(want) {
 		t.Fatalf("write to a peer that never reads: %d bytes, %v; want the deadline", n, err)
 	}
