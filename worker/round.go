@@ -372,7 +372,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	if !serverWideOptions(req) {
 		// Routes, rate-limit classes and the proxy see the normalised path
 		// only, so "//internal/x" and "/a/../internal/x" are "/internal/x".
-		raw, decoded, err := normalizePath(req.URL.EscapedPath())
+		raw, decoded, err := httphead.NormalizePath(req.URL.EscapedPath())
 		if err != nil {
 			cs.outcome = proto.Outcome_BAD_REQUEST
 			cs.writeError(http.StatusBadRequest, err.Error(), head, nil)

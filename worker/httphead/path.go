@@ -1,4 +1,4 @@
-package worker
+package httphead
 
 import (
 	"errors"
@@ -8,9 +8,10 @@ import (
 
 // errPathNotNormal refuses a path whose percent-encoded slashes would make
 // its decoded form climb or merge segments differently from its wire form.
+// Its text is the 400's body, as it was when the worker held the rule.
 var errPathNotNormal = errors.New("worker: path with encoded slashes not normal after decoding")
 
-// normalizePath returns the form of an escaped request path (the target's
+// NormalizePath returns the form of an escaped request path (the target's
 // path as sent) that routes and rate-limit classes are matched on and that
 // the proxy forwards: percent-encoded unreserved characters decoded (RFC
 // 3986 §6.2.2.2), other escapes upper-cased, runs of "/" merged and dot
@@ -19,7 +20,7 @@ var errPathNotNormal = errors.New("worker: path with encoded slashes not normal 
 // whose decoded form would still change under normalisation (an encoded
 // "/" next to a dot segment or another "/") is refused: an upstream that
 // decodes %2F would route it elsewhere than gatehouse did.
-func normalizePath(escaped string) (raw, decoded string, err error) {
+func NormalizePath(escaped string) (raw, decoded string, err error) {
 	if escaped == "" || escaped[0] != '/' {
 		escaped = "/" + escaped
 	}
@@ -120,18 +121,4 @@ func resolveSplit(p string) string {
 func isUnreserved(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 		c == '-' || c == '.' || c == '_' || c == '~'
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c >= 'a':
-		return c - 'a' + 10
-	case c >= 'A':
-		return c - 'A' + 10
-	}
-	return c - '0'
 }

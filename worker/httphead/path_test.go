@@ -1,4 +1,4 @@
-package worker
+package httphead
 
 import "testing"
 
@@ -29,12 +29,12 @@ func TestNormalizePath(t *testing.T) {
 		{in: "/a%", bad: true},
 	}
 	for _, tt := range tests {
-		raw, decoded, err := normalizePath(tt.in)
+		raw, decoded, err := NormalizePath(tt.in)
 		switch {
 		case tt.bad && err == nil:
-			t.Errorf("normalizePath(%q) = %q, %q; want an error", tt.in, raw, decoded)
+			t.Errorf("NormalizePath(%q) = %q, %q; want an error", tt.in, raw, decoded)
 		case !tt.bad && (err != nil || raw != tt.raw || decoded != tt.decoded):
-			t.Errorf("normalizePath(%q) = %q, %q, %v; want %q, %q", tt.in, raw, decoded, err, tt.raw, tt.decoded)
+			t.Errorf("NormalizePath(%q) = %q, %q, %v; want %q, %q", tt.in, raw, decoded, err, tt.raw, tt.decoded)
 		}
 	}
 }
@@ -44,17 +44,17 @@ func FuzzNormalizePath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		raw, decoded, err := normalizePath(p)
+		raw, decoded, err := NormalizePath(p)
 		if err != nil {
 			return
 		}
 		// Normal means a fixed point, and the decoded form never climbs.
-		raw2, decoded2, err := normalizePath(raw)
+		raw2, decoded2, err := NormalizePath(raw)
 		if err != nil || raw2 != raw || decoded2 != decoded {
-			t.Errorf("normalizePath(%q) = %q, %q; again: %q, %q, %v", p, raw, decoded, raw2, decoded2, err)
+			t.Errorf("NormalizePath(%q) = %q, %q; again: %q, %q, %v", p, raw, decoded, raw2, decoded2, err)
 		}
 		if resolveSegments(decoded) != decoded {
-			t.Errorf("normalizePath(%q): decoded %q not normal", p, decoded)
+			t.Errorf("NormalizePath(%q): decoded %q not normal", p, decoded)
 		}
 	})
 }
