@@ -7,8 +7,8 @@ import "unicode/utf8"
 type Format uint8
 
 const (
-	JSON     Format = iota // worker/accesslog.go's appendJSON
-	Combined               // worker/accesslog.go's appendCombined
+	JSON     Format = iota // worker/accesslog/accesslog.go's appendJSON
+	Combined               // worker/accesslog/accesslog.go's appendCombined
 )
 
 // FormatOf is the Format of log.access_log_format's value name.

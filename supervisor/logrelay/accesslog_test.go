@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Lines as worker/accesslog.go writes them, for worker 3.
+// Lines as worker/accesslog/accesslog.go writes them, for worker 3.
 const (
 	goodJSON = `{"time":"2026-12-01T01:02:03.456Z","worker":3,"client":"127.0.0.2","method":"GET",` +
 		`"path":"/a b\"c\\\u000a\u0000é\ufffd\u009b","proto":"HTTP/1.1","status":200,"bytes":104857600,` +

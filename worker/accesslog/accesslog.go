@@ -1,4 +1,7 @@
-package worker
+// Package accesslog formats a worker's access log lines (JSON or the NCSA
+// combined format) and buffers them out to the pipe the supervisor gave the
+// worker (docs/DESIGN.md §6.4), never waiting on it in a round.
+package accesslog
 
 import (
 	"os"
@@ -20,34 +23,34 @@ const (
 	formatCombined                     // the NCSA combined format, as nginx and Apache write it
 )
 
-// accessEntry is what one access log line says about a response.
-type accessEntry struct {
-	end      time.Time
-	dur      time.Duration
-	method   string
-	path     string // without its query, which may hold tokens
-	proto    string
-	status   int
-	bytes    int64
-	client   string // the client key, masked as configured
-	referer  string // without its query
-	agent    string
-	workerID uint32
+// Entry is what one access log line says about a response.
+type Entry struct {
+	End      time.Time
+	Dur      time.Duration
+	Method   string
+	Path     string // without its query, which may hold tokens
+	Proto    string
+	Status   int
+	Bytes    int64
+	Client   string // the client key, masked as configured
+	Referer  string // without its query
+	Agent    string
+	WorkerID uint32
 }
 
-// entryFor fills an entry's request fields from a head, or "-" when the head
+// EntryFor fills an entry's request fields from a head, or "-" when the head
 // never parsed.
-func entryFor(h *httphead.Head) accessEntry {
-	e := accessEntry{method: "-", path: "-", proto: "-"}
+func EntryFor(h *httphead.Head) Entry {
+	e := Entry{Method: "-", Path: "-", Proto: "-"}
 	if h == nil {
 		return e
 	}
-	e.method, e.proto = h.Method, h.Proto
+	e.Method, e.Proto = h.Method, h.Proto
 	if h.URL != nil {
-		e.path = h.URL.Path
+		e.Path = h.URL.Path
 	}
-	e.referer = stripQuery(h.Header.Get("Referer"))
-	e.agent = h.Header.Get("User-Agent")
+	e.Referer = stripQuery(h.Header.Get("Referer"))
+	e.Agent = h.Header.Get("User-Agent")
 	return e
 }
 
@@ -61,12 +64,12 @@ func stripQuery(s string) string {
 	return s
 }
 
-// accessLog buffers formatted lines and writes them to the pipe the
+// Log buffers formatted lines and writes them to the pipe the
 // supervisor gave it, when the buffer holds limit bytes or its oldest line is
 // flushAfter old, whichever comes first (nginx's access_log buffer= flush=).
 // The pipe is the worker's alone, so a flush is one write of whole lines;
 // the supervisor copies them to the log (docs/DESIGN.md §6.4).
-type accessLog struct {
+type Log struct {
 	format     accessFormat // immutable
 	limit      int          // immutable
 	flushAfter time.Duration
@@ -87,24 +90,27 @@ type accessLog struct {
 	warned  time.Time // when a write error was last logged; +checklocks:wmu
 }
 
-func newAccessLog(format string, limit int, flushAfter time.Duration, log hclog.Logger) *accessLog {
-	a := &accessLog{limit: limit, flushAfter: flushAfter, log: log}
+// New returns a log of format ("combined", else JSON) that writes its buffer
+// out at limit bytes or flushAfter after its oldest line, once SetOut gave
+// it a descriptor, and reports write errors to log.
+func New(format string, limit int, flushAfter time.Duration, log hclog.Logger) *Log {
+	a := &Log{limit: limit, flushAfter: flushAfter, log: log}
 	if format == "combined" {
 		a.format = formatCombined
 	}
 	a.buf = make([]byte, 0, max(limit, 4096)+4096)
 	a.spare = make([]byte, 0, cap(a.buf))
-	a.timer = time.AfterFunc(time.Hour, a.flush)
+	a.timer = time.AfterFunc(time.Hour, a.Flush)
 	a.timer.Stop()
 	return a
 }
 
-// ready reports whether the log has a descriptor to write to. It never
+// Ready reports whether the log has a descriptor to write to. It never
 // waits for a write.
-func (a *accessLog) ready() bool { return a.hasOut.Load() }
+func (a *Log) Ready() bool { return a.hasOut.Load() }
 
-// add formats e into the buffer and writes the buffer out when it is full.
-func (a *accessLog) add(e *accessEntry) {
+// Add formats e into the buffer and writes the buffer out when it is full.
+func (a *Log) Add(e *Entry) {
 	a.mu.Lock()
 	switch a.format {
 	case formatCombined:
@@ -119,19 +125,19 @@ func (a *accessLog) add(e *accessEntry) {
 	}
 	a.mu.Unlock()
 	if full {
-		a.flush()
+		a.Flush()
 	}
 }
 
-// flush writes out what is buffered.
-func (a *accessLog) flush() {
+// Flush writes out what is buffered.
+func (a *Log) Flush() {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	a.flushLocked()
 }
 
 // +checklocks:a.wmu
-func (a *accessLog) flushLocked() {
+func (a *Log) flushLocked() {
 	a.mu.Lock()
 	b := a.buf
 	a.buf = a.spare[:0]
@@ -142,9 +148,9 @@ func (a *accessLog) flushLocked() {
 	a.spare = b[:0]
 }
 
-// setOut makes f, the write end of the pipe, the descriptor lines go to. It
+// SetOut makes f, the write end of the pipe, the descriptor lines go to. It
 // is given once, after Hello.
-func (a *accessLog) setOut(f *os.File) {
+func (a *Log) SetOut(f *os.File) {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	if a.out != nil {
@@ -157,7 +163,7 @@ func (a *accessLog) setOut(f *os.File) {
 
 // write writes b, whole lines.
 // +checklocks:a.wmu
-func (a *accessLog) write(b []byte) {
+func (a *Log) write(b []byte) {
 	if len(b) == 0 {
 		return
 	}
@@ -170,7 +176,7 @@ func (a *accessLog) write(b []byte) {
 
 // lost counts the lines of b as dropped and says so, at most once a minute.
 // +checklocks:a.wmu
-func (a *accessLog) lost(b []byte, err error) {
+func (a *Log) lost(b []byte, err error) {
 	for _, c := range b {
 		if c == '\n' {
 			a.dropped++
@@ -185,29 +191,29 @@ func (a *accessLog) lost(b []byte, err error) {
 // appendJSON appends e as a JSON object line. The fields come in a fixed
 // order and numbers are integers, so that a line can be read by eye and by
 // line-oriented tools as well as by JSON parsers.
-func appendJSON(b []byte, e *accessEntry) []byte {
+func appendJSON(b []byte, e *Entry) []byte {
 	b = append(b, `{"time":"`...)
-	b = e.end.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = e.End.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
 	b = append(b, `","worker":`...)
-	b = strconv.AppendUint(b, uint64(e.workerID), 10)
+	b = strconv.AppendUint(b, uint64(e.WorkerID), 10)
 	b = append(b, `,"client":`...)
-	b = appendJSONString(b, e.client)
+	b = appendJSONString(b, e.Client)
 	b = append(b, `,"method":`...)
-	b = appendJSONString(b, e.method)
+	b = appendJSONString(b, e.Method)
 	b = append(b, `,"path":`...)
-	b = appendJSONString(b, e.path)
+	b = appendJSONString(b, e.Path)
 	b = append(b, `,"proto":`...)
-	b = appendJSONString(b, e.proto)
+	b = appendJSONString(b, e.Proto)
 	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(e.status), 10)
+	b = strconv.AppendInt(b, int64(e.Status), 10)
 	b = append(b, `,"bytes":`...)
-	b = strconv.AppendInt(b, e.bytes, 10)
+	b = strconv.AppendInt(b, e.Bytes, 10)
 	b = append(b, `,"duration_us":`...)
-	b = strconv.AppendInt(b, e.dur.Microseconds(), 10)
+	b = strconv.AppendInt(b, e.Dur.Microseconds(), 10)
 	b = append(b, `,"referer":`...)
-	b = appendJSONString(b, e.referer)
+	b = appendJSONString(b, e.Referer)
 	b = append(b, `,"user_agent":`...)
-	b = appendJSONString(b, e.agent)
+	b = appendJSONString(b, e.Agent)
 	return append(b, "}\n"...)
 }
 
@@ -252,24 +258,24 @@ func appendJSONString(b []byte, s string) []byte {
 //
 // with nginx's escaping: quotes, backslashes and bytes outside printable
 // ASCII as \xHH. An empty referer or user agent is "-".
-func appendCombined(b []byte, e *accessEntry) []byte {
-	b = appendEscaped(b, e.client)
+func appendCombined(b []byte, e *Entry) []byte {
+	b = appendEscaped(b, e.Client)
 	b = append(b, " - - ["...)
-	b = e.end.UTC().AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
+	b = e.End.UTC().AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
 	b = append(b, `] "`...)
-	b = appendEscaped(b, e.method)
+	b = appendEscaped(b, e.Method)
 	b = append(b, ' ')
-	b = appendEscaped(b, e.path)
+	b = appendEscaped(b, e.Path)
 	b = append(b, ' ')
-	b = appendEscaped(b, e.proto)
+	b = appendEscaped(b, e.Proto)
 	b = append(b, `" `...)
-	b = strconv.AppendInt(b, int64(e.status), 10)
+	b = strconv.AppendInt(b, int64(e.Status), 10)
 	b = append(b, ' ')
-	b = strconv.AppendInt(b, e.bytes, 10)
+	b = strconv.AppendInt(b, e.Bytes, 10)
 	b = append(b, ` "`...)
-	b = appendEscaped(b, orDash(e.referer))
+	b = appendEscaped(b, orDash(e.Referer))
 	b = append(b, `" "`...)
-	b = appendEscaped(b, orDash(e.agent))
+	b = appendEscaped(b, orDash(e.Agent))
 	return append(b, "\"\n"...)
 }
 

@@ -1,4 +1,4 @@
-package worker
+package accesslog
 
 import (
 	"bufio"
@@ -12,11 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func testEntry() accessEntry {
-	return accessEntry{
-		end: time.Date(2026, 12, 1, 1, 2, 3, 456e6, time.UTC), dur: 1234567 * time.Nanosecond,
-		method: "GET", path: "/a b\"c\\\n\x00é\xff", proto: "HTTP/1.1", status: 200, bytes: 104857600,
-		client: "127.0.0.2", referer: "https://r.example/x", agent: "curl/8", workerID: 3,
+func testEntry() Entry {
+	return Entry{
+		End: time.Date(2026, 12, 1, 1, 2, 3, 456e6, time.UTC), Dur: 1234567 * time.Nanosecond,
+		Method: "GET", Path: "/a b\"c\\\n\x00é\xff", Proto: "HTTP/1.1", Status: 200, Bytes: 104857600,
+		Client: "127.0.0.2", Referer: "https://r.example/x", Agent: "curl/8", WorkerID: 3,
 	}
 }
 
@@ -40,7 +40,7 @@ func TestAccessJSONLine(t *testing.T) {
 // The combined format, as nginx writes it, with nginx's escaping.
 func TestAccessCombinedLine(t *testing.T) {
 	e := testEntry()
-	e.referer, e.bytes = "", 0
+	e.Referer, e.Bytes = "", 0
 	got := string(appendCombined(nil, &e))
 	want := `127.0.0.2 - - [01/Dec/2026:01:02:03 +0000] "GET /a b\x22c\x5c\x0a\x00\xc3\xa9\xff HTTP/1.1" 200 0 "-" "curl/8"` + "\n"
 	if got != want {
@@ -52,7 +52,7 @@ func TestAccessCombinedLine(t *testing.T) {
 // which a terminal obeys as ESC [. A path "%C2%9B" decodes to it.
 func TestAccessLineEscapesC1(t *testing.T) {
 	e := testEntry()
-	e.path, e.agent = "/\u0080x\u009b2J\u009fé", "a\u0085b"
+	e.Path, e.Agent = "/\u0080x\u009b2J\u009fé", "a\u0085b"
 	j := string(appendJSON(nil, &e))
 	if !strings.Contains(j, `"path":"/\u0080x\u009b2J\u009fé"`) || !strings.Contains(j, `"user_agent":"a\u0085b"`) {
 		t.Errorf("JSON: %s", j)
@@ -69,8 +69,8 @@ func TestAccessLineEscapesC1(t *testing.T) {
 		}
 	}
 	var m map[string]any
-	if err := json.Unmarshal([]byte(j), &m); err != nil || m["path"] != e.path {
-		t.Errorf("JSON decodes to %q (%v), want %q", m["path"], err, e.path)
+	if err := json.Unmarshal([]byte(j), &m); err != nil || m["path"] != e.Path {
+		t.Errorf("JSON decodes to %q (%v), want %q", m["path"], err, e.Path)
 	}
 }
 
@@ -93,8 +93,8 @@ func TestAccessLogPipeWholeLines(t *testing.T) {
 	}
 	r := os.NewFile(uintptr(p[0]), "r")
 	defer r.Close()
-	a := newAccessLog("json", 16<<10, time.Hour, hclog.NewNullLogger())
-	a.setOut(os.NewFile(uintptr(p[1]), "w"))
+	a := New("json", 16<<10, time.Hour, hclog.NewNullLogger())
+	a.SetOut(os.NewFile(uintptr(p[1]), "w"))
 	const n = 1000
 	done := make(chan []int)
 	go func() {
@@ -116,9 +116,9 @@ func TestAccessLogPipeWholeLines(t *testing.T) {
 	}()
 	e := testEntry()
 	for i := 0; i < n; i++ {
-		a.add(&e)
+		a.Add(&e)
 	}
-	a.flush()
+	a.Flush()
 	a.mu.Lock()
 	left := len(a.buf)
 	a.mu.Unlock()
@@ -147,10 +147,10 @@ func TestAccessLogFlushesOnTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAccessLog("combined", 64<<10, 20*time.Millisecond, hclog.NewNullLogger())
-	a.setOut(f)
+	a := New("combined", 64<<10, 20*time.Millisecond, hclog.NewNullLogger())
+	a.SetOut(f)
 	e := testEntry()
-	a.add(&e)
+	a.Add(&e)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		st, _ := os.Stat(f.Name())
 		if st.Size() > 0 {
@@ -168,10 +168,10 @@ func TestAccessLogFlushesOnTime(t *testing.T) {
 
 // Formatting a line into the buffer allocates nothing.
 func TestAccessLogAddAllocatesNothing(t *testing.T) {
-	a := newAccessLog("json", 1<<20, time.Hour, hclog.NewNullLogger())
+	a := New("json", 1<<20, time.Hour, hclog.NewNullLogger())
 	e := testEntry()
 	allocs := testing.AllocsPerRun(1000, func() {
-		a.add(&e)
+		a.Add(&e)
 		a.mu.Lock()
 		a.buf = a.buf[:0]
 		a.mu.Unlock()
