@@ -37,8 +37,9 @@ const (
 )
 
 // ErrBind marks a failure to create the admin socket; cmd/gatehouse maps it
-// to its exit code for binding.
-var ErrBind = errors.New("admin: binding the admin socket")
+// to its exit code for binding. Its text is the supervisor's ErrBind's, as
+// operators have read it since the admin socket was one of its listeners.
+var ErrBind = errors.New("supervisor: binding listeners")
 
 // Supervisor is what the admin socket's commands ask of the supervisor.
 type Supervisor interface {
