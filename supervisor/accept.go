@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -47,12 +49,12 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 	proxy := d.proxyListener(l.name)
 	tls := d.tlsListener(l.name)
 	for n := 0; n < acceptBatch; n++ {
-		if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.heldFDs+d.fdReserve >= d.fdLimit &&
+		if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.upstreams.HeldFDs()+d.fdReserve >= d.fdLimit &&
 			!d.evictIdle("descriptor reserve") && !d.evictIncomplete("descriptor reserve") {
 			d.pauseAccept(now, "descriptor reserve reached and no idle or incomplete connection to close")
 			return
 		}
-		fd, peer, err := accept(l.fd)
+		fd, peer, err := sockets.Accept(l.fd)
 		switch err {
 		case nil:
 		case unix.EAGAIN:
@@ -89,14 +91,14 @@ func (d *dispatcher) pauseAccept(now time.Time, why string) {
 // peer) refuses a newcomer; the queued-connection cap makes room instead, by
 // closing the oldest incomplete connection of the heaviest client.
 func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, tls bool, now time.Time) {
-	key := clientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
+	key := limits.ClientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
 	cl := d.clients[key]
 	if cl == nil {
 		cl = newClient(key, d.trusted(peer.Addr()), &d.conns)
 	}
 	refuse := ""
 	switch {
-	case !cl.trusted && d.penalties.penalized(key, now):
+	case !cl.trusted && d.penalties.Penalized(key, now):
 		refuse = refusedPenalty
 	case proxy && !cl.trusted:
 		refuse = refusedProxyUntrusted

@@ -1,19 +1,71 @@
 package supervisor
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"slices"
+	"time"
 
+	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
-func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
+// Admin is the supervisor as its admin socket sees it, for admin.Server's
+// Serve.
+func (s *Supervisor) Admin() admin.Supervisor { return adminSide{s} }
+
+// adminSide answers the admin socket's commands.
+type adminSide struct{ *Supervisor }
+
+// View takes a Snapshot, which the admin views are made of.
+func (a adminSide) View(ctx context.Context) (admin.View, error) {
+	snap, err := a.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return adminView{s: a.Supervisor, snap: snap}, nil
+}
+
+// CertificateErrors are the certificates the last reload could not load.
+func (a adminSide) CertificateErrors() []string {
+	var out []string
+	for _, e := range a.certificateErrors() {
+		out = append(out, e.Error)
+	}
+	return out
+}
+
+// adminView shows one Snapshot in the admin socket's types.
+type adminView struct {
+	s    *Supervisor
+	snap Snapshot
+}
+
+func (v adminView) Workers() []adminapi.Worker      { return workersOf(v.snap) }
+func (v adminView) Conns() *adminapi.Conns          { return connsOf(v.snap) }
+func (v adminView) Clients(n int) []adminapi.Client { return topClients(v.snap, n) }
+func (v adminView) Upstreams() []adminapi.Upstream  { return upstreamsOf(v.snap) }
+func (v adminView) ShutdownGrace() time.Duration    { return v.snap.ShutdownGrace }
+func (v adminView) Status() *adminapi.Status        { return v.s.status(v.snap) }
+
+// Metrics renders the snapshot in Prometheus' text format.
+func (v adminView) Metrics() (string, error) {
+	var buf bytes.Buffer
+	if err := v.snap.WritePrometheus(&buf); err != nil {
+		return "", err
+	}
+	return buf.String(), nil
+}
+
+// status is the admin socket's status of snap.
+func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
 	st := &adminapi.Status{
 		Version:                 Version,
 		PID:                     os.Getpid(),
-		Started:                 a.s.Started(),
-		UptimeSeconds:           snap.Time.Sub(a.s.Started()).Seconds(),
-		ConfigFile:              a.s.ConfigPath(),
+		Started:                 s.Started(),
+		UptimeSeconds:           snap.Time.Sub(s.Started()).Seconds(),
+		ConfigFile:              s.ConfigPath(),
 		Pool:                    snap.Pool,
 		Share:                   snap.Share,
 		AtWorkers:               snap.AtWorkers,
@@ -44,7 +96,7 @@ func (a *AdminServer) status(snap Snapshot) *adminapi.Status {
 	for _, e := range snap.CertificateErrors {
 		st.CertificateErrors = append(st.CertificateErrors, adminapi.CertificateError{Listener: e.Listener, Name: e.Name, Error: e.Error, Kept: e.Kept, Since: e.Since})
 	}
-	st.Privileges = a.s.privileges()
+	st.Privileges = s.privileges()
 	return st
 }
 

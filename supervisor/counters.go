@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 )
 
 // Refusal reasons at admission.
@@ -135,7 +136,7 @@ type Snapshot struct {
 	Deaths []DeathCount
 	// Penalties are the client keys refused now, or present at worker
 	// deaths within the last minute.
-	Penalties []PenaltyInfo
+	Penalties []limits.PenaltyInfo
 	// Upstreams are the configured upstreams, by name.
 	Upstreams []UpstreamInfo
 	// Certificates are the TLS listeners' certificates, as loaded.
@@ -265,11 +266,11 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			// Counted by the relay goroutines, not the loop.
 			"worker_log_lines_dropped": d.s.logDropped.Load(),
 			"log_lines_dropped":        d.s.logOutputDropped(),
-			"access_lines_rejected":    d.s.access.rejected.Load(),
+			"access_lines_rejected":    d.s.access.Rejected(),
 			// A gauge, not a counter: the rate limiter's buckets now.
 		},
 	}
-	s.RateLimitBuckets = d.limiter.len()
+	s.RateLimitBuckets = d.limiter.Len()
 	s.Certificates = d.keys.certificates()
 	s.CertificateErrors = d.keys.failures()
 	d.headSnapshot(&s)
@@ -303,7 +304,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 			BodyConns: cl.bodyConns, BodyBytes: cl.bodyBytes})
 	}
 	// Keys in the penalty box, with their connections if they hold any.
-	s.Penalties = d.penalties.list(now)
+	s.Penalties = d.penalties.List(now)
 	for _, p := range s.Penalties {
 		i := slices.IndexFunc(s.Clients, func(c ClientInfo) bool { return c.Key == p.Key })
 		if i < 0 {
@@ -312,7 +313,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		}
 		s.Clients[i].Penalty, s.Clients[i].Deaths = p.Remaining, p.Deaths
 	}
-	s.Counters["client_penalties"] = d.penalties.penalties
+	s.Counters["client_penalties"] = d.penalties.Penalties()
 	for _, w := range d.workers {
 		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, TLS: w.tls, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {

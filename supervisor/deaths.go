@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 )
 
 // Why a worker died: the reason label of gatehouse_worker_deaths_total. A
@@ -41,13 +44,13 @@ type deathCause struct {
 // deathReason classifies a reaped worker. killedFor is the reason the
 // supervisor killed it for, or "": it applies only when the process did die
 // of the supervisor's SIGKILL, not of something that got there first.
-func deathReason(m exitResult, killedFor string) string {
+func deathReason(m spawn.Exited, killedFor string) string {
 	switch {
-	case killedFor != "" && m.signal == unix.SIGKILL:
+	case killedFor != "" && m.Signal == unix.SIGKILL:
 		return killedFor
-	case m.signal == unix.SIGSYS:
+	case m.Signal == unix.SIGSYS:
 		return DeathSeccomp
-	case m.signal != 0:
+	case m.Signal != 0:
 		return DeathSignal
 	}
 	return DeathExit
@@ -107,9 +110,9 @@ func (d *dispatcher) connsLost(w *workerProc, reason string, held []lostConn, no
 			continue
 		}
 		struck[h.client] = true
-		if d.penalties.strike(h.client, now) {
+		if d.penalties.Strike(h.client, now) {
 			d.log.Warn("client refused: it had connections at dying workers too often",
-				"client", d.logClient(h.client), "deaths", d.penalties.threshold, "within", penaltyWindow, "refused_for", d.penalties.duration)
+				"client", d.logClient(h.client), "deaths", d.penalties.Threshold(), "within", limits.PenaltyWindow, "refused_for", d.penalties.Duration())
 		}
 	}
 	args := []any{"worker", w.slot, "pid", w.pid, "reason", reason, "connections", strings.Join(names, ", ")}

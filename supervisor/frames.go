@@ -9,6 +9,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 )
 
 // frameBatch bounds frames read from one worker per event: one flooding
@@ -110,7 +111,7 @@ func readyLayers(in []*proto.SandboxLayer) ([]*proto.SandboxLayer, string) {
 		if len(detail) > maxLayerDetail {
 			detail = detail[:maxLayerDetail]
 		}
-		if !plainText(detail) {
+		if !logrelay.PlainText(detail) {
 			detail = strconv.Quote(detail)
 		}
 		out = append(out, &proto.SandboxLayer{Name: name, Applied: l.GetApplied(), Detail: detail})

@@ -183,13 +183,14 @@ var frameTable = [frameKinds]frameRule{
 		workers: live,
 		repeat:  "any",
 		check: func(d *dispatcher, _ *workerProc, f *proto.Frame, _ *conn) string {
-			if d.upstreams[f.GetDial().GetUpstream()] == nil {
+			if !d.upstreams.Known(f.GetDial().GetUpstream()) {
 				return fmt.Sprintf("Dial for %.64q, which is no configured upstream", f.GetDial().GetUpstream())
 			}
 			return ""
 		},
 		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn, now time.Time) bool {
-			return d.dial(w, f.GetId(), f.GetDial().GetUpstream(), now)
+			d.upstreams.Dial(d.up(w), f.GetId(), f.GetDial().GetUpstream(), now)
+			return true
 		},
 	},
 	frameRateCheck: {
@@ -226,13 +227,13 @@ var frameTable = [frameKinds]frameRule{
 		repeat:  "once per upstream connection",
 		check: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn) string {
 			rel := f.GetUpstreamRelease()
-			if hc, ok := w.upConns[rel.GetConn()]; !ok || hc.upstream != rel.GetUpstream() {
+			if !d.upstreams.Holds(d.up(w), rel.GetConn(), rel.GetUpstream()) {
 				return fmt.Sprintf("releases an upstream connection to %.64q it does not hold", rel.GetUpstream())
 			}
 			return ""
 		},
 		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn, now time.Time) bool {
-			d.releaseUpstream(w, f.GetUpstreamRelease(), now)
+			d.upstreams.Release(d.up(w), f.GetUpstreamRelease().GetConn(), f.GetUpstreamRelease().GetUpstream(), now)
 			return true
 		},
 	},
@@ -241,13 +242,13 @@ var frameTable = [frameKinds]frameRule{
 		workers: live,
 		repeat:  "once per Reclaim",
 		check: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn) string {
-			if name := f.GetReclaimed().GetUpstream(); !w.reclaiming[name] {
+			if name := f.GetReclaimed().GetUpstream(); !d.upstreams.Reclaiming(d.up(w), name) {
 				return fmt.Sprintf("Reclaimed %.64q without a Reclaim", name)
 			}
 			return ""
 		},
 		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn, now time.Time) bool {
-			d.reclaimed(w, f.GetReclaimed().GetUpstream(), now)
+			d.upstreams.Reclaimed(d.up(w), f.GetReclaimed().GetUpstream(), now)
 			return true
 		},
 	},

@@ -239,9 +239,9 @@ func (r *hostileRun) settle() {
 	// Every key charged is a client's address or the one client the
 	// trusted proxy's heads name, never one the worker named.
 	r.h.inLoop(func(d *dispatcher) {
-		for k := range d.limiter.buckets {
-			if a := k.client.As4(); a != [4]byte{198, 51, 100, 7} && a[0] != 127 {
-				r.t.Errorf("the limiter charged %v, a key no head named", k.client)
+		for _, k := range d.limiter.Clients() {
+			if a := k.As4(); a != [4]byte{198, 51, 100, 7} && a[0] != 127 {
+				r.t.Errorf("the limiter charged %v, a key no head named", k)
 			}
 		}
 	})

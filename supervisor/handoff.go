@@ -13,7 +13,7 @@ import (
 // oldest first, and its no-worker timer runs (docs/DESIGN.md §2.5).
 func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 	cl := c.client
-	if !cl.trusted && d.penalties.penalized(cl.key, now) {
+	if !cl.trusted && d.penalties.Penalized(cl.key, now) {
 		// Connections opened before the penalty are refused too.
 		d.c.refused[refusedPenalty]++
 		d.closeConn(c)

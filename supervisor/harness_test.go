@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc/ipctest"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -171,17 +172,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 func (h *loopHarness) spawn(slot int, gen uint64, spec *workerSpec) {
 	ch, fw, err := ipctest.New()
 	if err != nil {
-		h.s.post(spawnResult{slot: slot, gen: gen, err: err})
+		h.s.post(spawn.Started{Slot: slot, Gen: gen, Err: err})
 		return
 	}
 	p := &fakeProc{Worker: fw, slot: slot, gen: gen}
-	h.s.post(spawnResult{slot: slot, gen: gen, ch: ch, proc: p, pid: 100000 + slot})
+	h.s.post(spawn.Started{Slot: slot, Gen: gen, Ch: ch, Proc: p, PID: 100000 + slot})
 	h.spawned <- p
 	go func() {
 		<-fw.Exited()
-		res := exitResult{slot: slot, gen: gen, status: "exited with status 0"}
+		res := spawn.Exited{Slot: slot, Gen: gen, Status: "exited with status 0"}
 		if p.killed.Load() {
-			res.signal, res.status = syscall.SIGKILL, "killed by signal 9 (killed)"
+			res.Signal, res.Status = syscall.SIGKILL, "killed by signal 9 (killed)"
 		}
 		h.s.post(res)
 	}()

@@ -302,7 +302,7 @@ func (d *dispatcher) underPressure(now time.Time) bool {
 	if q := d.cfg.Limits.MaxQueuedConnections; q > 0 && d.queued >= q*3/4 {
 		return true
 	}
-	if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.heldFDs+d.fdReserve >= d.fdLimit*7/8 {
+	if d.fdLimit > 0 && d.fdBase+d.conns.len()+d.upstreams.HeldFDs()+d.fdReserve >= d.fdLimit*7/8 {
 		return true
 	}
 	return d.headBytes >= headBudget*3/4 || now.Sub(d.evictedAt) < time.Second

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 )
 
@@ -233,8 +232,6 @@ func (d *dispatcher) invariants() error {
 			bad("%s has no connection but is kept", who)
 		}
 	}
-	heldFDs := 0
-	upHeld := map[string]int{}
 	for _, w := range d.workers {
 		ws := workers[w]
 		who := fmt.Sprintf("worker %d", w.slot)
@@ -242,31 +239,12 @@ func (d *dispatcher) invariants() error {
 		activeSum += w.active
 		eq(who+" tls", w.tls, ws.tls)
 		eq(who+" kept", w.kept, ws.kept)
-		perUp := map[string]int{}
-		for _, hc := range w.upConns {
-			perUp[hc.upstream]++
-			upHeld[hc.upstream]++
-			heldFDs++
-		}
 		// Requests answered later hold their in-flight slots: a BodyDone
 		// waiting for a pool slot, a Dial waiting for the budget or
 		// being dialed (its share counts it until the result), a
 		// StatsRequest waiting for a rendering, an RSA signature being
 		// computed (not counted here: a goroutine holds it).
-		waits := ws.bodyWaits
-		for name, n := range w.held {
-			if n < perUp[name] {
-				bad("%s holds %d connections to %s, its share counts %d", who, perUp[name], name, n)
-			}
-			waits += n - perUp[name]
-		}
-		for _, u := range d.upstreams {
-			for _, wd := range u.waiting {
-				if wd.slot == w.slot && wd.gen == w.gen {
-					waits++
-				}
-			}
-		}
+		waits := ws.bodyWaits + d.upstreams.Pending(d.up(w))
 		for _, sw := range d.stats.waiting {
 			if sw.slot == w.slot && sw.gen == w.gen {
 				waits++
@@ -284,12 +262,8 @@ func (d *dispatcher) invariants() error {
 			bad("a rate limit key is kept for connection %d, which is at no worker", id)
 		}
 	}
-	eq("upstream descriptors held", d.heldFDs, heldFDs)
-	for name, u := range d.upstreams {
-		eq("upstream "+name+" held", u.held, upHeld[name])
-		if u.dialing < 0 {
-			bad("upstream %s: %d dialing", name, u.dialing)
-		}
+	if err := d.upstreams.Check(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -317,14 +291,4 @@ func (h *loopHarness) checkInvariants() {
 	if err != nil {
 		h.t.Fatalf("invariants broken:\n%v", err)
 	}
-}
-
-// has reports whether the limiter holds a bucket of client.
-func (l *limiter) has(client netip.Addr) bool {
-	for k := range l.buckets {
-		if k.client == client {
-			return true
-		}
-	}
-	return false
 }

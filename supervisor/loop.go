@@ -7,6 +7,8 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -115,7 +117,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 		consider(now.Add(time.Second))
 	}
 	consider(d.acceptPause)
-	consider(d.dialDeadline())
+	consider(d.upstreams.Deadline())
 	consider(d.ticketDeadline())
 	consider(d.keeperDeadline())
 	for _, w := range d.workers {
@@ -145,18 +147,18 @@ func (d *dispatcher) drainWake(now time.Time) {
 
 func (d *dispatcher) message(m any, now time.Time) {
 	switch m := m.(type) {
-	case spawnResult:
+	case spawn.Started:
 		d.spawned(m, now)
-	case exitResult:
+	case spawn.Exited:
 		d.exited(m, now)
 	case stopMsg:
 		d.stop(now)
 	case reloadMsg:
 		d.reload(m, now)
-	case dialResult:
-		d.dialed(m, now)
-	case healthResult:
-		d.healthChecked(m, now)
+	case upstream.DialResult:
+		d.upstreams.Dialed(m, now)
+	case upstream.HealthResult:
+		d.upstreams.HealthChecked(m, now)
 	case logLevelMsg:
 		d.logLevel = m.level
 		for _, w := range d.workers {
@@ -219,7 +221,7 @@ func (d *dispatcher) overstaysDrain(w *workerProc) bool {
 // waiting past their bound.
 func (d *dispatcher) tick(now time.Time) {
 	d.updateStress(now)
-	d.expireDials(now)
+	d.upstreams.Expire(now)
 	if !d.acceptPause.IsZero() && !now.Before(d.acceptPause) {
 		d.acceptPause = time.Time{}
 		if !d.stopping {
@@ -270,7 +272,7 @@ func (d *dispatcher) stop(now time.Time) {
 	d.summarize(now, true)
 	d.log.Info("shutting down", "grace", d.cfg.Limits.ShutdownGrace, "at_workers", d.out)
 	d.armListeners(false)
-	d.stopHealthChecks()
+	d.upstreams.Stop()
 	for _, l := range d.listeners {
 		unix.Close(l.fd)
 	}
@@ -322,7 +324,7 @@ func (d *dispatcher) teardown() {
 		d.closeConn(c)
 	}
 	for _, w := range d.workers {
-		d.releaseUpstreams(w, time.Now())
+		d.upstreams.Gone(d.up(w), time.Now())
 		if w.ch != nil {
 			d.del(w.ch.FD())
 			w.ch.Close()

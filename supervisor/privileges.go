@@ -9,6 +9,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 )
 
 // dropPrivileges leaves the supervisor with what it needs once its
@@ -60,7 +61,7 @@ func (s *Supervisor) dropPrivileges(cfg *config.Config) error {
 	}
 	// The access log file it created is given to its account, while it
 	// still may, so that it can reopen it after a rotation.
-	if err := s.access.adopt(sup, cfg.Log.AccessLogPath); err != nil {
+	if err := s.access.Adopt(sup, cfg.Log.AccessLogPath); err != nil {
 		return err
 	}
 	if s.spawner, err = s.startSpawner(worker); err != nil {
@@ -97,7 +98,7 @@ func (s *Supervisor) startSpawner(worker sandbox.Account) (*spawner.Client, erro
 		return sp, nil
 	}
 	sp.Close()
-	opts.AmbientCaps = sysAdminCap
+	opts.AmbientCaps = spawn.SysAdminCap
 	if sp, _, err = spawner.Start(opts); err != nil {
 		return nil, err
 	}

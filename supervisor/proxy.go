@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/proxyproto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -74,7 +75,7 @@ func (d *dispatcher) readProxy(c *conn, now time.Time) {
 // rekey moves c from the balancer's client record to the one of its peer
 // address, under that client's cap. It reports false if it closed c.
 func (d *dispatcher) rekey(c *conn) bool {
-	key := clientKey(c.peer.addrPort().Addr(), d.cfg.IPv6ClientPrefixLength)
+	key := limits.ClientKey(c.peer.addrPort().Addr(), d.cfg.IPv6ClientPrefixLength)
 	old := c.client
 	if old.key == key {
 		return true

@@ -11,6 +11,8 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -73,7 +75,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		if slices.ContainsFunc(bound, func(o boundAddr) bool { return o.cfg == l.Address }) {
 			continue
 		}
-		fd, bound, err := bindTCP(l.Address)
+		fd, bound, err := sockets.Bind(l.Address)
 		if err != nil {
 			for _, a := range added {
 				unix.Close(a.fd)
@@ -86,7 +88,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	// The access log is reopened on every reload, as on SIGUSR1: its path
 	// may have changed, or the file been rotated.
-	accessFD, _, err := openAccessLog(cfg.Log)
+	accessFD, _, err := logrelay.Open(cfg.Log)
 	if err != nil {
 		for _, a := range added {
 			unix.Close(a.fd)
@@ -175,11 +177,11 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 		cl.trusted = d.trusted(cl.key)
 	}
 	d.reloadListeners(m.added)
-	d.s.access.set(m.accessFD)
-	d.setUpstreams()
-	d.limiter.max = d.cfg.RateLimitEntries
+	d.s.access.Set(m.accessFD)
+	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
+	d.limiter.SetMax(d.cfg.RateLimitEntries)
 	l := d.cfg.Limits
-	d.penalties.configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
+	d.penalties.Configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
 	oldKeys := d.keys
 	d.keys = m.keys
 	if len(d.keys.hello()) > 0 && d.tickets.rotated.IsZero() {

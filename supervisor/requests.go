@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +25,7 @@ const maxForwardedFor = 32
 // one the dispatcher derived itself (rateKey), never one the worker names.
 func (d *dispatcher) rateCheck(w *workerProc, id uint64, c *conn, class string, now time.Time) {
 	rl := d.cfg.RateLimitByName(class)
-	ok, wait := d.limiter.take(d.rateKey(c), rl, now)
+	ok, wait := d.limiter.Take(d.rateKey(c), rl, now)
 	if !ok {
 		d.c.rateLimited++
 	}
@@ -117,7 +118,7 @@ func (d *dispatcher) forwardedClient(values []string, peer netip.Addr) netip.Add
 			if d.trusted(a) {
 				continue
 			}
-			return clientKey(a, d.cfg.IPv6ClientPrefixLength)
+			return limits.ClientKey(a, d.cfg.IPv6ClientPrefixLength)
 		}
 	}
 	return peer

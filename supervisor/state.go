@@ -9,6 +9,8 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -84,7 +86,7 @@ type connTable struct {
 	clients map[netip.Addr]*client
 
 	// penalties refuses client keys present at too many worker deaths.
-	penalties *penaltyBox
+	penalties *limits.PenaltyBox
 	// keys holds the TLS certificates and private keys new workers get:
 	// read at start, and again by every reload.
 	keys    *keyring
@@ -122,15 +124,11 @@ type workerSet struct {
 	pressure bool
 }
 
-// broker owns what workers ask the supervisor for: the upstream budgets
-// (connections dialing and held, per upstream) and the shared rate limiter.
+// broker owns what workers ask the supervisor for: the upstream connections
+// and the shared rate limiter.
 type broker struct {
-	upstreams  map[string]*upstreamState
-	nextUpConn uint64 // the last upstream connection id given out
-	// heldFDs counts the supervisor's copies of upstream sockets held by
-	// workers, which the descriptor reserve arithmetic adds to the clients'.
-	heldFDs int
-	limiter *limiter
+	upstreams *upstream.Broker
+	limiter   *limits.Limiter
 	// rateKeys holds, by connection id, the client key the dispatcher
 	// derived from X-Forwarded-For in the head of a trusted proxy's
 	// connection at a worker (rateKey), when it differs from the proxy's
@@ -156,7 +154,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		connTable: connTable{
 			clients: make(map[netip.Addr]*client),
 			keys:    boot.keys,
-			penalties: newPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
+			penalties: limits.NewPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
 				boot.cfg.Limits.DeathPenaltyDuration, boot.cfg.Limits.DeathPenaltyMaxClients),
 		},
 		workerSet: workerSet{
@@ -165,8 +163,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			share: boot.cfg.Workers.Share(),
 		},
 		broker: broker{
-			limiter:   newLimiter(boot.cfg.RateLimitEntries),
-			upstreams: make(map[string]*upstreamState),
+			limiter: limits.NewLimiter(boot.cfg.RateLimitEntries),
 		},
 		c: counters{
 			refused: make(map[string]uint64),
@@ -184,7 +181,8 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	// the admin socket when clients hold everything else.
 	d.fdReserve = 32 + 4*d.cfg.Workers.Count
 	d.armListeners(true)
-	d.setUpstreams()
+	d.upstreams = upstream.New(d.log, s.post)
+	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
 	for i := 0; i < d.cfg.Workers.Count; i++ {
 		d.workers = append(d.workers, d.newWorker())
 	}

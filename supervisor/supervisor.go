@@ -25,9 +25,18 @@ import (
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
+
+// Version is gatehouse's version, reported by the admin socket's status and
+// by the gatehouse_build_info metric. Set it when building:
+//
+//	go build -ldflags "-X github.com/gatehouse-dev/gatehouse/supervisor.Version=v1.2.3"
+var Version = "dev"
 
 // ErrBind marks a failure to bind a listener; cmd/gatehouse maps it to its own
 // exit code.
@@ -42,7 +51,7 @@ type Options struct {
 	Logger hclog.Logger
 	// LogOutput, if not nil, is the Logger's output, whose dropped lines
 	// the metrics report.
-	LogOutput *LogWriter
+	LogOutput *logrelay.LogWriter
 	// WorkerPath is the program run as a worker. Default: /proc/self/exe,
 	// this executable, which the workers' unprivileged account can exec even
 	// when it cannot search the directories that lead to it.
@@ -102,7 +111,7 @@ type Supervisor struct {
 	accessLog config.Log
 	// access is the access log's destination, which every worker's relay
 	// writes to; accessRelays counts the relays running.
-	access       *accessSink
+	access       *logrelay.Sink
 	accessRelays sync.WaitGroup
 	// keys are the running TLS certificates and keys, which a reload
 	// keeps for a certificate that fails to load. +checklocks:reloadMu
@@ -167,8 +176,8 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	if opts.WorkerPath == "" {
 		opts.WorkerPath = "/proc/self/exe"
 	}
-	if err := closeOnExecInherited(); err != nil {
-		closeInherited(opts.Inherited)
+	if err := sockets.CloseOnExecInherited(); err != nil {
+		sockets.CloseInherited(opts.Inherited)
 		return nil, fmt.Errorf("marking inherited descriptors close-on-exec: %w", err)
 	}
 	s := newSupervisor(cfg, opts)
@@ -180,13 +189,12 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	// Opened before privileges drop, as the listeners: the log's directory
 	// may be writable by root only. Reopening needs the file to be
 	// writable by the configured user (logrotate's create mode and owner).
-	accessFD, created, err := openAccessLog(cfg.Log)
+	accessFD, created, err := logrelay.Open(cfg.Log)
 	if err != nil {
 		s.closeListeners()
 		return nil, err
 	}
-	s.access.set(accessFD)
-	s.access.created = created
+	s.access.Start(accessFD, created)
 	// Read while the files may still be readable by root only; workers
 	// never can read them (docs/DESIGN.md §9).
 	if s.boot.keys, err = loadKeyring(cfg); err != nil {
@@ -230,7 +238,7 @@ func (s *Supervisor) closeEarly() {
 	if s.spawner != nil {
 		s.spawner.Close()
 	}
-	s.access.close()
+	s.access.Close()
 	s.reloadMu.Lock()
 	closeRoots(s.heldRoots)
 	s.heldRoots = nil
@@ -242,7 +250,7 @@ func newSupervisor(cfg *config.Config, opts Options) *Supervisor {
 	s := &Supervisor{
 		boot:      loopInit{cfg: cfg},
 		accessLog: cfg.Log,
-		access:    newAccessSink(opts.Logger),
+		access:    logrelay.NewSink(opts.Logger),
 		opts:      opts,
 		log:       opts.Logger,
 		msgs:      make(chan any, 1024),
@@ -297,7 +305,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		s.spawner.Close() // every worker has been reaped, or is killed now
 	}
 	s.waitAccessRelays()
-	s.access.close()
+	s.access.Close()
 	return err
 }
 
@@ -374,27 +382,29 @@ func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
 		// The spawner creates the namespaces, as the workers' account.
 		var flags uint64
 		flags, missing, err = s.spawner.Check(append(args, policy.Args()...))
-		attr = attrWithCloneflags(flags)
+		attr = spawn.AttrWithCloneflags(flags)
 	} else {
 		attr, missing, err = sandbox.SpawnAttr(policy)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
-	if s.sharedUID && !separatesProcesses(attr) {
+	if s.sharedUID && !spawn.SeparatesProcesses(attr) {
 		return nil, fmt.Errorf("%w: started unprivileged without user and pid namespaces: a worker would run as the supervisor's uid and could signal or trace it; start gatehouse as root (it drops to user and runs workers as worker_user)", ErrSandbox)
 	}
 	for _, l := range missing {
 		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
 	}
-	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawnLayers(attr, missing),
+	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawn.Layers(attr, missing),
 		roots: roots, rootPaths: policy.Roots}, nil
 }
 
-// procAttr is a copy of the process attributes, one per spawn.
-func (w *workerSpec) procAttr() *syscall.SysProcAttr {
-	a := *w.attr
-	return &a
+// spawnWorker starts one worker process of spec for slot's generation gen
+// and waits for it, on the calling goroutine (spawn.Starter.Run).
+func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
+	attr := *spec.attr // a copy per process
+	st := spawn.Starter{Path: s.opts.WorkerPath, Spawner: s.spawner, SpawnerArgs: s.spawnerArgs(), Log: s.log, Dropped: &s.logDropped, Post: s.post}
+	st.Run(slot, gen, spawn.Command{Args: spec.args, Attr: &attr, Roots: spec.roots})
 }
 
 // sandboxPolicy derives the workers' sandbox from the configuration: the

@@ -8,6 +8,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 )
 
 const (
@@ -59,22 +60,22 @@ func (d *dispatcher) workerFor(slot int, gen uint64) *workerProc {
 }
 
 // spawned attaches a started process's channel, or schedules a retry.
-func (d *dispatcher) spawned(m spawnResult, now time.Time) {
-	w := d.workerFor(m.slot, m.gen)
+func (d *dispatcher) spawned(m spawn.Started, now time.Time) {
+	w := d.workerFor(m.Slot, m.Gen)
 	if w == nil {
-		if m.ch != nil {
-			m.ch.Close()
-			m.proc.Kill()
+		if m.Ch != nil {
+			m.Ch.Close()
+			m.Proc.Kill()
 		}
 		return
 	}
-	if m.err != nil {
-		d.log.Error("starting worker", "worker", w.slot, "error", m.err)
+	if m.Err != nil {
+		d.log.Error("starting worker", "worker", w.slot, "error", m.Err)
 		w.exited = true
 		d.scheduleRespawn(w, now)
 		return
 	}
-	w.ch, w.proc, w.pid = m.ch, m.proc, m.pid
+	w.ch, w.proc, w.pid = m.Ch, m.Proc, m.PID
 	w.lastPong = now
 	if err := d.add(w.ch.FD(), kindWorker, w.token(), poll.In); err != nil {
 		d.killWorker(w, err.Error())
@@ -110,8 +111,8 @@ func (d *dispatcher) spawned(m spawnResult, now time.Time) {
 }
 
 // exited records a reaped worker process.
-func (d *dispatcher) exited(m exitResult, now time.Time) {
-	w := d.workerFor(m.slot, m.gen)
+func (d *dispatcher) exited(m spawn.Exited, now time.Time) {
+	w := d.workerFor(m.Slot, m.Gen)
 	if w == nil {
 		return
 	}
@@ -120,17 +121,17 @@ func (d *dispatcher) exited(m exitResult, now time.Time) {
 	// A drained worker's state may already be dead: its channel closes
 	// before it is reaped.
 	switch {
-	case (d.stopping || w.drainAsked) && m.signal == 0 && m.code == 0:
+	case (d.stopping || w.drainAsked) && m.Signal == 0 && m.Code == 0:
 		d.log.Info("worker exited", "worker", w.slot, "pid", w.pid)
 	case w.killedFor == killedAtShutdown:
-		d.log.Info("worker stopped at shutdown", "worker", w.slot, "pid", w.pid, "status", m.status)
+		d.log.Info("worker stopped at shutdown", "worker", w.slot, "pid", w.pid, "status", m.Status)
 	default:
 		reason := deathReason(m, w.killedFor)
 		d.c.workerDeaths++
-		d.c.deaths[deathCause{reason, m.signal}]++
-		d.log.Error("worker died", "worker", w.slot, "pid", w.pid, "reason", reason, "status", m.status)
+		d.c.deaths[deathCause{reason, m.Signal}]++
+		d.log.Error("worker died", "worker", w.slot, "pid", w.pid, "reason", reason, "status", m.Status)
 	}
-	d.workerGone(w, m.status, false)
+	d.workerGone(w, m.Status, false)
 	if w.retiring && !d.stopping {
 		d.workers = slices.DeleteFunc(d.workers, func(x *workerProc) bool { return x == w })
 		d.roll(now)
@@ -164,7 +165,7 @@ func (d *dispatcher) workerGone(w *workerProc, reason string, kill bool) {
 		w.ch.Close()
 		w.ch = nil
 		dropOut(w)
-		d.releaseUpstreams(w, now)
+		d.upstreams.Gone(d.up(w), now)
 		var held []lostConn
 		w.kept = 0
 		for c := range d.conns.all() {

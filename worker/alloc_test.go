@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 	pb "google.golang.org/protobuf/proto"
@@ -199,7 +200,7 @@ var rights0 = unix.UnixRights(0)
 // recvRaw reads one frame's bytes from the worker (which sends no
 // descriptor on this path; read(2) takes one datagram).
 func (h *allocHarness) recvRaw() []byte {
-	n, err := ignoringEINTR(func() (int, error) { return unix.Read(h.super, h.rbuf) })
+	n, err := transport.IgnoringEINTR(func() (int, error) { return unix.Read(h.super, h.rbuf) })
 	if err != nil || n == 0 {
 		h.t.Fatalf("receiving from the worker: %d bytes, %v", n, err)
 	}
@@ -239,7 +240,7 @@ func (h *allocHarness) round(req, dispatch []byte, respLen int) {
 func (h *allocHarness) readResponse(n int) {
 	buf := h.rbuf[:n]
 	for got := 0; got < n; {
-		m, err := ignoringEINTR(func() (int, error) { return unix.Read(h.client, buf[got:]) })
+		m, err := transport.IgnoringEINTR(func() (int, error) { return unix.Read(h.client, buf[got:]) })
 		if err != nil || m <= 0 {
 			h.t.Fatalf("reading the response: %d of %d bytes, %v", got, n, err)
 		}
@@ -264,7 +265,7 @@ func (h *allocHarness) responseLen(req, dispatch []byte) int {
 	buf := make([]byte, 4096)
 	unix.SetNonblock(h.client, true)
 	defer unix.SetNonblock(h.client, false)
-	n, err := ignoringEINTR(func() (int, error) { return unix.Read(h.client, buf) })
+	n, err := transport.IgnoringEINTR(func() (int, error) { return unix.Read(h.client, buf) })
 	if err != nil {
 		h.t.Fatal(err)
 	}

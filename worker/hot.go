@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // hotResult is what a hot wait found.
@@ -36,16 +37,16 @@ func (cs *connServer) hotWait() hotResult {
 	}
 	// A next request already in the socket needs no wait, and no poller
 	// (once under it, a read would wait: the registered wait below).
-	pc := cs.nc.(*plainConn)
-	if pc.f == nil {
-		pc.noWait = true
+	pc := cs.nc.(*transport.Plain)
+	if !pc.Polled() {
+		pc.SetNoWait(true)
 		_, err := cs.br.Peek(1)
-		pc.noWait = false
+		pc.SetNoWait(false)
 		switch {
 		case err == nil:
 			cs.hotNext = true
 			return hotInput
-		case !errors.Is(err, errWouldBlock):
+		case !errors.Is(err, transport.ErrWouldBlock):
 			cs.outcome = proto.Outcome_PEER_CLOSED
 			return hotClosed
 		}
@@ -55,7 +56,7 @@ func (cs *connServer) hotWait() hotResult {
 	// one that came earlier is seen by the check below. It is under the
 	// poller before it is registered, so the notice's deadline reaches the
 	// wait.
-	pc.poll()
+	pc.Poll()
 	cs.nc.SetReadDeadline(time.Now().Add(w.hotWindow))
 	cs.in.setLimit(nil)
 	w.hotMu.Lock()
@@ -119,7 +120,7 @@ func (cs *connServer) tlsHotWait() hotResult {
 			cs.handback = proto.Handback_PRESSURE
 			return hotNothing
 		}
-		err := cs.tt.rc.Read(cs.tt.hot)
+		err := cs.tt.WaitRecord()
 		hot(false)
 		if err != nil {
 			cs.handback = proto.Handback_HOT_WINDOW

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,7 +76,7 @@ func TestHotDispatchAgeBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		fds := []unix.PollFd{{Fd: int32(h.client), Events: unix.POLLIN}, {Fd: int32(h.super), Events: unix.POLLIN}}
-		if _, err := ignoringEINTR(func() (int, error) { return unix.Poll(fds, int(roundWait.Milliseconds())) }); err != nil {
+		if _, err := transport.IgnoringEINTR(func() (int, error) { return unix.Poll(fds, int(roundWait.Milliseconds())) }); err != nil {
 			t.Fatal(err)
 		}
 		switch {

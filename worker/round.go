@@ -18,6 +18,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // Fixed transport limits (docs/DESIGN.md §3, §7).
@@ -71,7 +72,7 @@ func (w *Worker) serve(st *serverState, j job) {
 	// The descriptor is non-blocking (the supervisor accepted it so). A TLS
 	// connection's goes under the runtime's poller with deadlines at once
 	// (os.NewFile, without the extra dup and close net.FileConn would cost);
-	// a plain one's only if a read or write must wait (plainConn).
+	// a plain one's only if a read or write must wait (transport.Plain).
 	var nc clientConn
 	var tnc *os.File // a TLS connection's transport
 	var tc *tls.Conn
@@ -95,7 +96,7 @@ func (w *Worker) serve(st *serverState, j job) {
 	if tnc != nil {
 		nc = tnc
 	} else {
-		st.pc = plainConn{fd: fd}
+		st.pc.Reset(fd)
 		nc = &st.pc
 	}
 	outside := false // the connection gave its slot back for a body
@@ -107,7 +108,7 @@ func (w *Worker) serve(st *serverState, j job) {
 		if tc != nil {
 			cs = newConnServer(&st.cs, w, tc, d)
 			cs.tls, cs.tfd, cs.tnc = true, fd, tnc
-			cs.tt = tc.NetConn().(*tlsTransport)
+			cs.tt = tc.NetConn().(*transport.TLS)
 			cs.in.full = k != nil && k.full
 			if k != nil {
 				cs.state = k.state
@@ -231,7 +232,7 @@ type connServer struct {
 	tls       bool                 // nc is a TLS connection
 	tfd       int                  // a TLS connection's descriptor, for peeks
 	tnc       *os.File             // a TLS connection's transport, for hot waits
-	tt        *tlsTransport        // its record reader, told not to wait in tlsHeadReady
+	tt        *transport.TLS       // its record reader, told not to wait in tlsHeadReady
 	state     *tls.ConnectionState // Request.TLS, once asked (tlsState)
 	peek1     [1]byte              // inputEmpty's peek
 	listener  listenerHTTP         // what the connection's listener adds
@@ -239,7 +240,7 @@ type connServer struct {
 	portAsked bool
 }
 
-// clientConn is a client connection with deadlines: a *plainConn, or a TLS
+// clientConn is a client connection with deadlines: a *transport.Plain, or a TLS
 // connection's *os.File.
 type clientConn interface {
 	io.ReadWriteCloser
@@ -381,7 +382,7 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	if !serverWideOptions(req) {
 		// Routes, rate-limit classes and the proxy see the normalised path
 		// only, so "//internal/x" and "/a/../internal/x" are "/internal/x".
-		raw, decoded, err := normalizePath(req.URL.EscapedPath())
+		raw, decoded, err := httphead.NormalizePath(req.URL.EscapedPath())
 		if err != nil {
 			cs.outcome = proto.Outcome_BAD_REQUEST
 			cs.writeError(http.StatusBadRequest, err.Error(), head, nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/accesslog"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 )
 
@@ -42,10 +43,10 @@ func (cs *connServer) record(start time.Time, head *httphead.Head, status int, b
 	cs.statuses = append(cs.statuses, uint32(status))
 	cs.micros = append(cs.micros, uint64(d.Microseconds()))
 	if cs.w.access != nil {
-		e := entryFor(head)
-		e.end, e.dur, e.status, e.bytes = end, d, status, bytes
-		e.client, e.workerID = cs.w.maskClient(cs.d.GetClientKey()), cs.w.id
-		cs.w.access.add(&e)
+		e := accesslog.EntryFor(head)
+		e.End, e.Dur, e.Status, e.Bytes = end, d, status, bytes
+		e.Client, e.WorkerID = cs.w.maskClient(cs.d.GetClientKey()), cs.w.id
+		cs.w.access.Add(&e)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // deadlineReader feeds the current phase's deadline into every read, so each
@@ -70,7 +71,7 @@ func earliest(a, b time.Time) time.Time {
 // MSG_MORE.
 type deadlineWriter struct {
 	nc      clientConn
-	pc      *plainConn // nc when it is a plain connection, else nil
+	pc      *transport.Plain // nc when it is a plain connection, else nil
 	timeout time.Duration
 	// tail is written after the next write's bytes, in one send (only with
 	// pc, and only for a Flush of a non-empty buffer).
@@ -84,7 +85,7 @@ func (w *deadlineWriter) Write(p []byte) (int, error) {
 	if w.pc != nil && (w.tail != nil || w.more) {
 		tail := w.tail
 		w.tail = nil
-		n, err := w.pc.writeParts(p, tail, w.more)
+		n, err := w.pc.WriteParts(p, tail, w.more)
 		return min(n, len(p)), err
 	}
 	return w.nc.Write(p)
@@ -234,6 +235,6 @@ func (cs *connServer) inputEmpty() bool {
 	if cs.pending() > 0 {
 		return false
 	}
-	_, err := peekNB(cs.sockFD(), cs.peek1[:])
+	_, err := transport.Peek(cs.sockFD(), cs.peek1[:])
 	return err == unix.EAGAIN
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -205,7 +206,7 @@ func get(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\
 func waitReadable(t *testing.T, fd int) {
 	t.Helper()
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	if n, err := ignoringEINTR(func() (int, error) { return unix.Poll(pfd, int(roundWait/time.Millisecond)) }); n != 1 || err != nil {
+	if n, err := transport.IgnoringEINTR(func() (int, error) { return unix.Poll(pfd, int(roundWait/time.Millisecond)) }); n != 1 || err != nil {
 		t.Fatalf("connection not readable: %d %v", n, err)
 	}
 }

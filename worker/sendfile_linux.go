@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // sendfileChunk is the most one sendfile(2) call sends; the write deadline
@@ -24,7 +26,7 @@ const (
 // close-delimited body, HEAD, a small body, or a source that is not a
 // regular file.
 func (r *response) sendFile(f *os.File, n int64) (sent int64, handled bool, err error) {
-	pc, ok := r.cs.nc.(*plainConn)
+	pc, ok := r.cs.nc.(*transport.Plain)
 	if !ok || r.err != nil || r.req.Method == http.MethodHead || n < sendfileMin {
 		return 0, false, nil
 	}
@@ -57,11 +59,11 @@ func (r *response) sendFile(f *os.File, n int64) (sent int64, handled bool, err 
 		if held && sent == 0 {
 			// Nothing followed the header (the file shrank, or an
 			// error): setting TCP_NODELAY again sends what MSG_MORE held.
-			unix.SetsockoptInt(pc.fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+			unix.SetsockoptInt(pc.FD(), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		}
 	}()
 	// sendfile waits whenever the socket's buffer is full: under the poller.
-	conn := pc.poll()
+	conn := pc.Poll()
 	dst, err := conn.SyscallConn()
 	if err != nil {
 		return 0, false, nil

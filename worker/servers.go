@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // job is one dispatch for a server goroutine: the frame that carried it
@@ -125,7 +126,7 @@ type serverState struct {
 	statuses []uint32
 	micros   []uint64
 	cs       connServer
-	pc       plainConn // the plain connection being served
+	pc       transport.Plain // the plain connection being served
 }
 
 // doneFrame returns st's Done frame, emptied, for one dispatch.
@@ -161,7 +162,7 @@ func newConnServer(cs *connServer, w *Worker, nc clientConn, d *proto.Dispatch) 
 	cs.respHeader, cs.pendingBuf, cs.cz = respHeader, pendingBuf, cz
 	cs.br = readerPool.Get().(*bufio.Reader)
 	cs.br.Reset(&cs.raw)
-	pc, _ := nc.(*plainConn)
+	pc, _ := nc.(*transport.Plain)
 	cs.out = deadlineWriter{nc: nc, pc: pc, timeout: w.cfg.Limits.WriteTimeout}
 	cs.bw = writerPool.Get().(*bufio.Writer)
 	cs.bw.Reset(&cs.out)

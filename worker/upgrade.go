@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gatehouse-dev/gatehouse/worker/relay"
+	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // hopByHop are the connection-specific fields of RFC 9110 §7.6.1 that a proxy
@@ -147,16 +150,16 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	cs.release()
 	// A relay waits on both sides at once: a plain client under the
 	// poller; a TLS one's transport is already.
-	var client relayConn
+	var client relay.Conn
 	fd := cs.fd
 	switch nc := cs.nc.(type) {
-	case *plainConn:
-		client = socketSide{nc.poll()}
+	case *transport.Plain:
+		client = relay.SocketSide(nc.Poll())
 	case *tls.Conn:
-		client = &tlsSide{Conn: nc, sock: cs.tnc}
+		client = relay.TLSSide(nc, cs.tnc)
 		fd = cs.tfd
 	}
-	us, ok := uc.Conn.(relaySocket)
+	us, ok := uc.Conn.(relay.Socket)
 	if client == nil || !ok {
 		h.w.log.Error("upgraded connection not relayed", "upstream", h.pool.up.Name, "error", fmt.Errorf("worker: no relay from a %T to a %T", cs.nc, uc.Conn))
 		return
@@ -167,8 +170,7 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	// ACK, 40 ms per message of 16 KiB and more. The upstream's side is
 	// Go's, without Nagle already. Not a TCP socket: nothing to set.
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	upstream := socketSide{us}
-	sent, _ := relay(client, upstream, toUpstream, toClient, h.cfg.IdleTimeout)
+	sent, _ := relay.Run(client, relay.SocketSide(us), toUpstream, toClient, h.cfg.IdleTimeout)
 	resp.written = sent
 	h.w.log.Debug("upgraded connection closed", "upstream", h.pool.up.Name, "protocol", got, "bytes_to_client", sent)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
+	"github.com/gatehouse-dev/gatehouse/worker/accesslog"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -33,7 +34,7 @@ const channelFD = 3
 // Worker serves the connections its supervisor dispatches.
 type Worker struct {
 	log    hclog.Logger
-	access *accessLog // nil when the access log is off
+	access *accesslog.Log // nil when the access log is off
 	ch     *ipc.Stream
 	roots  map[string]*os.Root // document roots opened before the sandbox closed; immutable
 
@@ -177,7 +178,7 @@ func Run(args []string, opts Options) int {
 	err = w.run(layers)
 	stopTrim()
 	if w.access != nil {
-		w.access.flush()
+		w.access.Flush()
 	}
 	if err != nil {
 		log.Error("worker stopped", "error", err)
@@ -238,7 +239,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			case fd < 0:
 				return errors.New("Dispatch without a descriptor")
 			}
-			if w.access != nil && !w.access.ready() {
+			if w.access != nil && !w.access.Ready() {
 				// The supervisor sends the access log right after Hello.
 				closeFD(fd)
 				return errors.New("Dispatch before the access log's descriptor")
@@ -269,7 +270,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 				closeFD(fd)
 				return errors.New("AccessLog before Hello or with the access log off")
 			}
-			w.access.setOut(os.NewFile(uintptr(fd), "access log"))
+			w.access.SetOut(os.NewFile(uintptr(fd), "access log"))
 		case *proto.Frame_Pressure:
 			w.setPressure(b.Pressure.GetOn())
 		case *proto.Frame_LogLevel:
@@ -344,7 +345,7 @@ func (w *Worker) hello(h *proto.Hello) error {
 	w.calls.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
 	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	if cfg.Log.AccessLog {
-		w.access = newAccessLog(cfg.Log.AccessLogFormat, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
+		w.access = accesslog.New(cfg.Log.AccessLogFormat, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
 	}
 	return nil
 }

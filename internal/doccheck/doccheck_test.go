@@ -1,10 +1,13 @@
 // Package doccheck holds tests that keep the repository self-contained and
 // readable: no file cites a document outside it, every citation of
-// docs/DESIGN.md names a section that exists, and no hand-written Go source
-// file outgrows one concern.
+// docs/DESIGN.md names a section that exists, no hand-written Go source
+// file or package outgrows one concern, and no package imports one it sits
+// in.
 package doccheck
 
 import (
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -130,5 +133,92 @@ func TestSourceFilesStaySmall(t *testing.T) {
 		if n := strings.Count(text, "\n"); n > maxSourceLines {
 			t.Errorf("%s has %d lines, over %d: split it by concern", path, n, maxSourceLines)
 		}
+	}
+}
+
+// maxPackageFiles bounds a package's hand-written non-test Go files: past it
+// a package holds more than one concern, and is split into packages by
+// concern, each with one job and a small API, as the supervisor's limits,
+// log relay and upstream broker were.
+const maxPackageFiles = 30
+
+// oversized are the packages still over maxPackageFiles while they are split,
+// each with the count it stands at: it may not grow, and once it shrinks its
+// entry is lowered (and removed at maxPackageFiles).
+var oversized = map[string]int{
+	// The loop still holds TLS key custody and the metrics.
+	"supervisor": 41,
+}
+
+func TestPackagesStaySmall(t *testing.T) {
+	files := map[string]int{}
+	for path := range sources(t) {
+		if filepath.Ext(path) != ".go" || strings.HasSuffix(path, "_test.go") || strings.HasSuffix(path, ".pb.go") {
+			continue
+		}
+		dir, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[filepath.ToSlash(dir)]++
+	}
+	for dir, n := range files {
+		limit, over := oversized[dir]
+		switch {
+		case !over && n > maxPackageFiles:
+			t.Errorf("%s has %d non-test Go files, over %d: split it into packages by concern", dir, n, maxPackageFiles)
+		case over && n > limit:
+			t.Errorf("%s has %d non-test Go files, more than the %d it stands at (over %d): split it by concern, do not grow it", dir, n, limit, maxPackageFiles)
+		case over && n < limit:
+			t.Errorf("%s has %d non-test Go files, fewer than the %d of its entry in oversized: lower the entry", dir, n, limit)
+		}
+	}
+	for dir := range oversized {
+		if files[dir] == 0 {
+			t.Errorf("oversized names %s, which has no Go file", dir)
+		}
+	}
+}
+
+// module is the import path of the repository's root.
+const module = "github.com/gatehouse-dev/gatehouse"
+
+// TestSubpackagesDoNotImportTheirParent: the packages under supervisor/ and
+// worker/ sit below the loop and the round, which call down to them; one
+// that imported a package it sits in would run its dependencies both ways.
+// A test-helper package (ipc/ipctest) stands beside what it helps to test,
+// and may.
+func TestSubpackagesDoNotImportTheirParent(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	for path, text := range sources(t) {
+		if filepath.Ext(path) != ".go" || strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		dir, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.ToSlash(dir)
+		if strings.HasSuffix(dir, "test") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, text, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p := strings.Trim(imp.Path.Value, `"`)
+			if !strings.HasPrefix(p, module+"/") {
+				continue
+			}
+			checked++
+			if up := strings.TrimPrefix(p, module+"/"); strings.HasPrefix(dir, up+"/") {
+				t.Errorf("%s imports %s, a package it sits in: pass it an interface or a func instead", path, up)
+			}
+		}
+	}
+	if checked < 100 {
+		t.Fatalf("checked %d imports of the module's packages: not the repository", checked)
 	}
 }

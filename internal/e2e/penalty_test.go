@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -221,12 +222,12 @@ func TestReplacementKilledByRequestRecovers(t *testing.T) {
 func adminFor(t *testing.T, h *harness) string {
 	t.Helper()
 	sock := filepath.Join(workerReadableTempDir(t), "admin.sock")
-	a, err := supervisor.ListenAdmin(supervisor.AdminOptions{Path: sock, Logger: hclog.NewNullLogger()})
+	a, err := admin.Listen(admin.Options{Path: sock, Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- a.Serve(h.sup) }()
+	go func() { done <- a.Serve(h.sup.Admin()) }()
 	t.Cleanup(func() {
 		a.Close()
 		if err := <-done; err != nil {

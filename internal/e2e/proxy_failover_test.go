@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 )
 
 // Passive health, failover and the connection budget counting what is in
@@ -124,11 +125,11 @@ route "/rr/" {
   }
 }
 `)
-	adm, err := supervisor.ListenAdmin(supervisor.AdminOptions{Path: sock})
+	adm, err := admin.Listen(admin.Options{Path: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go adm.Serve(h.sup)
+	go adm.Serve(h.sup.Admin())
 	defer adm.Close()
 
 	// requests sends n requests from clients goroutines, each on its own

@@ -9,7 +9,8 @@
 //
 // Scope: request heads (ReadHead), chunked request bodies
 // (NewChunkedReader), response-header validation (ValidFieldName,
-// ValidFieldValue) and the Origin of an unparsable head (OriginFromRaw).
+// ValidFieldValue), the Origin of an unparsable head (OriginFromRaw) and
+// the normal form of a request path that routes match (NormalizePath).
 // Non-goals: responses, HTTP/2, deadlines and body size caps. The parser
 // is pure; it only reads from the *bufio.Reader it is given, and the caller
 // bounds time by setting read deadlines on the connection underneath.

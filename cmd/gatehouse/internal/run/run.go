@@ -18,6 +18,9 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/worker"
 	"github.com/hashicorp/go-hclog"
 )
@@ -91,7 +94,7 @@ func Main(args []string, stderr io.Writer) int {
 	// Logged through a bounded queue: a slow or stopped reader of standard
 	// error never holds the dispatcher loop (docs/DESIGN.md §6.4).
 	var log hclog.Logger
-	out := supervisor.NewLogWriter(stderr, func(dropped uint64) {
+	out := logrelay.NewLogWriter(stderr, func(dropped uint64) {
 		log.Warn("log lines dropped: standard error was not read fast enough", "dropped", dropped)
 	})
 	log = hclog.New(&hclog.LoggerOptions{
@@ -110,7 +113,7 @@ func Main(args []string, stderr io.Writer) int {
 
 // serve runs the supervisor for cfg until a signal or a drain, and returns the
 // exit status.
-func serve(cfg *config.Config, path string, log hclog.Logger, out *supervisor.LogWriter) int {
+func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogWriter) int {
 	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace}
 	// fail reports a startup failure in the log and on the STATUS= line;
 	// READY=1 is never sent.
@@ -121,19 +124,19 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *supervisor.Lo
 	}
 	// Socket activation: the init system's sockets replace the bindings of
 	// the listeners they match. ListenFDs unsets LISTEN_* either way.
-	socks, err := supervisor.ListenFDs()
+	socks, err := sockets.ListenFDs()
 	if err != nil {
 		return fail(ExitBind, err)
 	}
-	inherited, err := supervisor.MatchInherited(cfg, socks, log)
+	inherited, err := sockets.MatchInherited(cfg, socks, log)
 	if err != nil {
 		return fail(ExitBind, err)
 	}
 	// The admin socket is created before New, which may drop privileges to
 	// the configured user; it is served once the supervisor exists.
-	var adm *supervisor.AdminServer
+	var adm *admin.Server
 	if cfg.Admin.Socket != "" {
-		adm, err = supervisor.ListenAdmin(supervisor.AdminOptions{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain})
+		adm, err = admin.Listen(admin.Options{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain})
 		if err != nil {
 			for _, fd := range inherited {
 				syscall.Close(fd)
@@ -162,7 +165,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *supervisor.Lo
 	}
 	if adm != nil {
 		go func() {
-			if err := adm.Serve(sup); err != nil {
+			if err := adm.Serve(sup.Admin()); err != nil {
 				log.Error("admin socket stopped", "error", err)
 			}
 		}()

@@ -1,0 +1,190 @@
+// Package transport is the worker's I/O on a client connection: a plain
+// socket read and written without the poller until a call must wait
+// (Plain), and the record-at-a-time transport under crypto/tls that leaves
+// the socket at a record boundary (TLS), both over non-blocking system
+// calls made raw. It knows nothing of rounds or handlers.
+package transport
+
+import (
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Plain is a plain client connection. Most rounds need no wait: the
+// dispatcher hands a connection over only once its head is in the socket, and
+// a small response fits the socket's buffer. So it reads and writes its
+// non-blocking descriptor directly, and only the first call that would block
+// puts it under the runtime's poller, with the deadlines set so far; every
+// wait is bounded as before, and a round that never waits costs no poller
+// registration, deregistration or *os.File (two epoll_ctl calls, an fcntl
+// and three allocations per dispatch, measured).
+//
+// Only its server goroutine uses it, except that once under the poller
+// (hotWait registers it only then) the pressure notice may move its read
+// deadline from another goroutine.
+type Plain struct {
+	fd int
+	f  *os.File // the descriptor under the poller, owning it; nil until then
+	// rd and wd are the deadlines set before f exists, given to it then.
+	rd, wd time.Time
+	// noWait makes a read that would block fail with ErrWouldBlock
+	// instead of waiting under the poller.
+	noWait bool
+}
+
+// ErrWouldBlock is a read's answer under SetNoWait when the socket holds
+// nothing.
+var ErrWouldBlock = errors.New("read would block")
+
+// Reset makes c the connection of socket fd, not under the poller.
+func (c *Plain) Reset(fd int) { *c = Plain{fd: fd} }
+
+// FD is the socket.
+func (c *Plain) FD() int { return c.fd }
+
+// Polled reports whether the connection is under the runtime's poller
+// (Poll).
+func (c *Plain) Polled() bool { return c.f != nil }
+
+// SetNoWait makes a read that would wait fail with ErrWouldBlock (on) while
+// the connection is not under the poller, or wait again (off).
+func (c *Plain) SetNoWait(on bool) { c.noWait = on }
+
+func (c *Plain) Read(p []byte) (int, error) {
+	if c.f == nil {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		n, err := IgnoringEINTR(func() (int, error) { return readNB(c.fd, p) })
+		switch {
+		case err == nil && n > 0:
+			return n, nil
+		case err == nil:
+			return 0, io.EOF
+		case err != unix.EAGAIN:
+			return 0, &os.PathError{Op: "read", Path: "conn", Err: err}
+		case c.noWait:
+			return 0, ErrWouldBlock
+		}
+		c.Poll()
+	}
+	return c.f.Read(p)
+}
+
+func (c *Plain) Write(p []byte) (int, error) {
+	if c.f != nil {
+		return c.f.Write(p)
+	}
+	n := 0
+	for n < len(p) {
+		m, err := IgnoringEINTR(func() (int, error) { return writeNB(c.fd, p[n:]) })
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
+		}
+		n += m
+	}
+	if n == len(p) {
+		return n, nil
+	}
+	// The socket's buffer is full: the rest waits under the poller, within
+	// the write deadline.
+	c.Poll()
+	m, err := c.f.Write(p[n:])
+	return n + m, err
+}
+
+// WriteParts writes a then b as one send where the socket takes it, so
+// that they leave in one segment when they fit in one (a response's
+// header and body; docs/DESIGN.md §3.5), with MSG_MORE when more: the
+// caller sends the rest of the response at once (sendFile). It tries the
+// non-blocking send even under the poller (a connection that waited hot
+// stays there), and waits under the poller, within the write deadline,
+// only for what the socket did not take. a is not empty.
+func (c *Plain) WriteParts(a, b []byte, more bool) (int, error) {
+	n, total := 0, len(a)+len(b)
+	for n < total {
+		var m int
+		var err error
+		if n < len(a) {
+			m, err = IgnoringEINTR(func() (int, error) { return sendNB(c.fd, a[n:], b, more) })
+		} else {
+			m, err = IgnoringEINTR(func() (int, error) { return sendNB(c.fd, b[n-len(a):], nil, more) })
+		}
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
+		}
+		n += m
+	}
+	if n == total {
+		return n, nil
+	}
+	f := c.Poll()
+	if n < len(a) {
+		m, err := f.Write(a[n:])
+		if n += m; err != nil {
+			return n, err
+		}
+	}
+	m, err := f.Write(b[n-len(a):])
+	return n + m, err
+}
+
+// SetReadDeadline bounds every read that waits.
+func (c *Plain) SetReadDeadline(t time.Time) error {
+	if c.f != nil {
+		return c.f.SetReadDeadline(t)
+	}
+	c.rd = t
+	return nil
+}
+
+// SetWriteDeadline bounds every write that waits.
+func (c *Plain) SetWriteDeadline(t time.Time) error {
+	if c.f != nil {
+		return c.f.SetWriteDeadline(t)
+	}
+	c.wd = t
+	return nil
+}
+
+// Close closes the descriptor.
+func (c *Plain) Close() error {
+	if c.f != nil {
+		return c.f.Close()
+	}
+	return unix.Close(c.fd)
+}
+
+// Poll puts the connection under the runtime's poller, once.
+func (c *Plain) Poll() *os.File {
+	if c.f == nil {
+		c.f = os.NewFile(uintptr(c.fd), "conn")
+		if !c.rd.IsZero() {
+			c.f.SetReadDeadline(c.rd)
+		}
+		if !c.wd.IsZero() {
+			c.f.SetWriteDeadline(c.wd)
+		}
+	}
+	return c.f
+}
+
+// IgnoringEINTR calls call again while it fails with EINTR.
+func IgnoringEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}

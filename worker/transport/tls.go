@@ -1,0 +1,226 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// TLS is the client connection under crypto/tls (its net.Conn). It reads record
+// by record, never past the end of the record crypto/tls asked for: what
+// the worker has not read stays in the socket, starting at a record
+// boundary, where the dispatcher looks for the next complete record of a
+// parked connection. At a boundary it peeks first, and a record found whole
+// is read in one read, not a header and a body.
+type TLS struct {
+	*os.File
+	fd int             // the socket, for peeks
+	rc syscall.RawConn // waits for readability under the file's deadlines
+	// The conditions of rc.Read's waits, made once: a whole record (a hot
+	// wait), and any input (a read that may wait).
+	hot, some func(uintptr) bool
+	hdr       [recordHeader]byte
+	hdrN      int // header bytes read of the current record
+	left      int // body bytes of the current record not read yet
+	// whole is the size of the next record, header included, when a peek
+	// at a record boundary found it complete in the socket; 0 otherwise.
+	whole int
+	// noWait: at a record boundary, a read finds the next record complete
+	// in the socket or fails with ErrNoRecord instead of waiting.
+	noWait bool
+}
+
+// NewTLS returns the transport of socket fd, under the runtime's poller as
+// f.
+func NewTLS(f *os.File, fd int) (*TLS, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	t := &TLS{File: f, fd: fd, rc: rc}
+	t.hot = func(uintptr) bool { return t.Buffered() }
+	t.some = func(uintptr) bool { return t.peek() != peekNothing }
+	return t, nil
+}
+
+// ErrNoRecord ends a read that would wait for a record (SetNoWait). It is temporary,
+// so crypto/tls keeps the connection usable: a record that carries no
+// plaintext (a TLS 1.3 KeyUpdate, a TLS 1.2 warning alert or an empty
+// record) makes crypto/tls read on, and the worker must not wait there for
+// a client.
+var ErrNoRecord error = noRecordError{}
+
+type noRecordError struct{}
+
+func (noRecordError) Error() string   { return "no complete TLS record buffered" }
+func (noRecordError) Timeout() bool   { return true }
+func (noRecordError) Temporary() bool { return true }
+
+// recordHeader is a TLS record header's size.
+const recordHeader = 5
+
+// recordMax bounds a record's body (TLSCiphertext.length).
+const recordMax = 1<<14 + 2048
+
+// boundary reports whether the next byte read begins a record.
+func (t *TLS) boundary() bool {
+	if t.hdrN == recordHeader && t.left == 0 {
+		t.hdrN = 0
+	}
+	return t.hdrN == 0
+}
+
+func (t *TLS) Read(p []byte) (int, error) {
+	if t.boundary() && t.whole == 0 {
+		if t.noWait {
+			if t.peek() != peekRecord {
+				return 0, ErrNoRecord
+			}
+		} else if err := t.rc.Read(t.some); err != nil {
+			// Waited for input under the deadlines: a part of a record
+			// is read as it comes.
+			return 0, err
+		}
+	}
+	want := t.left
+	switch {
+	case t.whole > 0:
+		want = t.whole
+	case t.hdrN < recordHeader:
+		want = recordHeader - t.hdrN
+	}
+	if len(p) > want {
+		p = p[:want]
+	}
+	n, err := t.read(p)
+	if n > 0 {
+		t.whole = 0
+	}
+	for b := p[:n]; len(b) > 0; {
+		if t.hdrN < recordHeader {
+			c := copy(t.hdr[t.hdrN:], b)
+			b = b[c:]
+			if t.hdrN += c; t.hdrN == recordHeader {
+				t.left = int(binary.BigEndian.Uint16(t.hdr[3:5]))
+			}
+			continue
+		}
+		c := min(t.left, len(b))
+		t.left -= c
+		b = b[c:]
+	}
+	return n, err
+}
+
+// read reads what the socket holds, and waits under the file's deadlines
+// only when it holds nothing.
+func (t *TLS) read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := IgnoringEINTR(func() (int, error) { return readNB(t.fd, p) })
+	switch {
+	case err == nil && n > 0:
+		return n, nil
+	case err == nil:
+		return 0, io.EOF
+	case err != unix.EAGAIN:
+		return 0, &os.PathError{Op: "read", Path: "conn", Err: err}
+	}
+	n, err = t.File.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Bare, it is a temporary net.Error: crypto/tls keeps the part
+		// of the record read so far and the connection usable (a relay
+		// waits again when the other direction moved its deadline). The
+		// *PathError would break the connection for good.
+		err = os.ErrDeadlineExceeded
+	}
+	return n, err
+}
+
+// Write writes what the socket takes at once, and waits under the file's
+// deadlines only for the rest.
+func (t *TLS) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := IgnoringEINTR(func() (int, error) { return writeNB(t.fd, p[n:]) })
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
+		}
+		n += m
+	}
+	if n == len(p) {
+		return n, nil
+	}
+	m, err := t.File.Write(p[n:])
+	return n + m, err
+}
+
+// Buffered reports whether the next record is complete in the socket (its
+// size kept in whole), or the socket has an end or an error for a read to
+// return. A record header declaring more than a record may hold counts as
+// complete, so that crypto/tls reads it and fails at once.
+func (t *TLS) Buffered() bool { return t.peek() == peekRecord }
+
+// peekResult is what a peek at a record boundary found.
+type peekResult uint8
+
+const (
+	peekNothing peekResult = iota // nothing yet
+	peekPartial                   // part of the next record
+	peekRecord                    // a whole record, an end or an error
+)
+
+func (t *TLS) peek() peekResult {
+	if t.whole > 0 || !t.boundary() {
+		return peekRecord
+	}
+	buf := recordPeek.Get().(*[]byte)
+	defer recordPeek.Put(buf)
+	n, err := Peek(t.fd, *buf)
+	switch {
+	case err == unix.EAGAIN || err == unix.EINTR:
+		return peekNothing
+	case err != nil || n == 0:
+		return peekRecord
+	case n < recordHeader:
+		return peekPartial
+	}
+	size := int(binary.BigEndian.Uint16((*buf)[3:5]))
+	switch {
+	case size > recordMax:
+		return peekRecord
+	case n >= recordHeader+size:
+		t.whole = recordHeader + size
+		return peekRecord
+	}
+	return peekPartial
+}
+
+// SetNoWait makes a read at a record boundary find the next record complete
+// in the socket or fail with ErrNoRecord, instead of waiting (on), or wait
+// again (off).
+func (t *TLS) SetNoWait(on bool) { t.noWait = on }
+
+// WaitRecord waits, under the read deadline, until the next record is
+// complete in the socket (Buffered).
+func (t *TLS) WaitRecord() error { return t.rc.Read(t.hot) }
+
+// The addresses are never used by crypto/tls on a server connection.
+func (t *TLS) LocalAddr() net.Addr  { return nil }
+func (t *TLS) RemoteAddr() net.Addr { return nil }
+
+// recordPeek holds the buffers of peeks, each as large as a record.
+var recordPeek = sync.Pool{New: func() any {
+	b := make([]byte, recordHeader+recordMax)
+	return &b
+}}
