@@ -68,7 +68,7 @@ var (
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_body_bytes"}, {Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}},
 	}
 	staticSchema = &hcl.BodySchema{

@@ -210,6 +210,10 @@ type Route struct {
 	Proxy    *Proxy
 	Metrics  *Metrics
 	Embedded *Embedded
+	// MaxBodyBytes is the route's own body cap, in place of
+	// limits.max_body_bytes (0..1 TiB); nil: the global one. A body over it
+	// gets 413.
+	MaxBodyBytes *int64
 	// MaxUploadBytes raises the body cap for requests whose head carries an
 	// accepted bearer token (0: no raise).
 	MaxUploadBytes int64

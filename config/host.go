@@ -46,6 +46,8 @@ type hostChecks struct {
 	// openRoot opens a static root (ParseOptions.OpenRoot); nil opens the
 	// path.
 	openRoot func(path string) (*os.File, error)
+	// authorizesUploads: see ParseOptions.AuthorizesUploads.
+	authorizesUploads bool
 }
 
 // checkUser resolves the supervisor's account from cfg.User and the

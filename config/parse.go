@@ -44,6 +44,12 @@ type ParseOptions struct {
 	// open the path (O_PATH). A reloading supervisor, whose account may no
 	// longer reach a root it opened at start, answers with that one.
 	OpenRoot func(path string) (*os.File, error)
+	// AuthorizesUploads says the worker program authorizes large uploads
+	// itself (worker.Options.AuthorizeUpload), so a route's
+	// max_upload_bytes needs no upload_token_sha256. Unset, such a route
+	// is an error unless SkipFSChecks is set: every upload over its
+	// max_body_bytes would get 401.
+	AuthorizesUploads bool
 }
 
 // Load reads and parses the file at path for a worker program without
@@ -81,7 +87,7 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 	cfg.BaseDir = base
 	d := &decoder{diags: diags}
 	if !opt.SkipFSChecks {
-		d.host = &hostChecks{handlers: opt.Handlers, keysAsUser: opt.KeysAsUser, certificates: !opt.SkipCertificates, openRoot: opt.OpenRoot}
+		d.host = &hostChecks{handlers: opt.Handlers, keysAsUser: opt.KeysAsUser, certificates: !opt.SkipCertificates, openRoot: opt.OpenRoot, authorizesUploads: opt.AuthorizesUploads}
 	}
 	d.root(file.Body, &cfg)
 	if d.diags.HasErrors() {

@@ -44,7 +44,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	// The certificates are read below, where one that fails keeps the
 	// running one instead of failing the reload.
-	opt := config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true}
+	opt := config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true, AuthorizesUploads: s.opts.AuthorizesUploads}
 	if s.heldRoots != nil {
 		opt.OpenRoot = s.openRoot
 	}

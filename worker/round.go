@@ -396,6 +396,9 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	// The body cap, raised for an authorized upload; both are decided from
 	// the head alone, before any body byte is read (or 100 Continue sent).
 	maxBody := lim.MaxBodyBytes
+	if rt != nil && rt.maxBody != nil {
+		maxBody = *rt.maxBody
+	}
 	if rt != nil && rt.maxUpload > maxBody && (head.ContentLength > maxBody || head.Chunked) {
 		switch {
 		case cs.w.authorizedUpload(rt, req):

@@ -28,6 +28,9 @@ type router struct {
 type route struct {
 	prefix  string
 	handler http.Handler
+	// maxBody is the route's own body cap (max_body_bytes), nil for the
+	// global one.
+	maxBody *int64
 	// maxUpload raises the body cap for an authorized request (0: none).
 	maxUpload int64
 	// allowTrace lets TRACE through to the handler; otherwise it is 405.
@@ -71,7 +74,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rr := route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
+		rr := route{prefix: r.Prefix, handler: h, maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil}
 		if len(r.Hosts) > 0 {
 			rt.addHosts(rr, r.Hosts)
