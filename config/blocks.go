@@ -68,8 +68,8 @@ var (
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "max_body_bytes"}, {Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"}},
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_body_bytes"}, {Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"}, {Name: "hide_upstream_headers"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}, {Type: "headers"}, {Type: "request_headers"}},
 	}
 	staticSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -320,7 +320,7 @@ func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range
 			ok = false
 		}
 	}
-	l := Listener{Name: name, Address: ap, ProxyProtocol: proxy, TLS: tls}
+	l := Listener{Name: name, Address: ap, ProxyProtocol: proxy, TLS: tls, Headers: d.headerBlocks(content.Blocks, fmt.Sprintf("listener %q", name))}
 	if d.listenerHTTP(content, &l) && ok {
 		cfg.Listeners = append(cfg.Listeners, l)
 	}

@@ -113,6 +113,9 @@ type Listener struct {
 	// HTTPSRedirect, only without TLS, answers every request on the
 	// listener with a redirect to https.
 	HTTPSRedirect *HTTPSRedirect
+	// Headers are the listener's response header rules, applied to every
+	// response on it before the route's (`headers` blocks, in order).
+	Headers []HeaderRules
 }
 
 // Workers is the `workers` block.
@@ -230,6 +233,15 @@ type Route struct {
 	// (SSE, long-poll, big downloads) and leave the request pool for the
 	// stream budget (docs/DESIGN.md §10). Default "request": false.
 	Stream bool
+	// Headers are the route's response header rules, applied after the
+	// listener's (`headers` blocks, in order).
+	Headers []HeaderRules
+	// RequestHeaders (proxy routes) changes the fields the upstream
+	// receives; nil changes none.
+	RequestHeaders *RequestHeaders
+	// HideUpstreamHeaders (proxy routes) are removed from the upstream's
+	// responses, canonical.
+	HideUpstreamHeaders []string
 }
 
 // Static serves files under Root.

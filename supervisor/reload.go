@@ -264,6 +264,7 @@ type listenerAnswers struct {
 	Name     string
 	HSTS     *config.HSTS
 	Redirect *config.HTTPSRedirect
+	Headers  []config.HeaderRules
 }
 
 func viewOf(c *config.Config) workerView {
@@ -279,8 +280,8 @@ func viewOf(c *config.Config) workerView {
 func answersOf(c *config.Config) []listenerAnswers {
 	var a []listenerAnswers
 	for _, l := range c.Listeners {
-		if l.HSTS != nil || l.HTTPSRedirect != nil {
-			a = append(a, listenerAnswers{Name: l.Name, HSTS: l.HSTS, Redirect: l.HTTPSRedirect})
+		if l.HSTS != nil || l.HTTPSRedirect != nil || l.Headers != nil {
+			a = append(a, listenerAnswers{Name: l.Name, HSTS: l.HSTS, Redirect: l.HTTPSRedirect, Headers: l.Headers})
 		}
 	}
 	return a

@@ -38,11 +38,13 @@ type proxyHandler struct {
 	pool *upstreamPool
 	cfg  config.Proxy
 	rp   *httputil.ReverseProxy
+	// rules are the route's request_headers and hide_upstream_headers.
+	rules requestRules
 }
 
 // newProxy returns the handler of a proxy route.
-func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy) http.Handler {
-	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p}
+func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, rules requestRules) http.Handler {
+	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, rules: rules}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,
@@ -74,6 +76,7 @@ func (h *proxyHandler) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Host = pr.In.Host
 	stripClientHeaders(pr.Out.Header)
 	h.w.setForwarded(pr)
+	h.rules.request(pr.Out)
 }
 
 // stripClientHeaders removes what a client could use to pass for another
@@ -89,6 +92,7 @@ func stripClientHeaders(h http.Header) {
 }
 
 func (h *proxyHandler) modifyResponse(res *http.Response) error {
+	h.rules.response(res)
 	if h.cfg.RewriteRedirects {
 		h.pool.rewriteRedirects(res)
 	}

@@ -220,6 +220,7 @@ func (r *response) sendHeader(final bool) {
 	if _, set := h["Content-Type"]; !set && len(r.pending) > 0 {
 		h.Set("Content-Type", http.DetectContentType(r.pending))
 	}
+	r.cs.siteHeaders(h, r.status)
 	hsts := r.cs.listener.hsts
 	if hsts != "" {
 		h.Del("Strict-Transport-Security") // the listener's, written below
@@ -322,6 +323,7 @@ func (cs *connServer) writeError(status int, reason string, head *httphead.Head,
 		origin = httphead.OriginFromRaw(cs.raw.buf)
 	}
 	cs.w.setCORS(h, origin, true)
+	cs.siteHeaders(h, status)
 	writeHead(cs, status, h)
 	if head == nil || head.Method != http.MethodHead {
 		cs.bw.WriteString(body)

@@ -41,6 +41,8 @@ type route struct {
 	// budget (docs/DESIGN.md §10).
 	stream bool
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
+	// headers are the route's response header rules.
+	headers headerRules
 	// headOnly: answered from the head alone, the body never read, so no
 	// body cap applies (https_redirect).
 	headOnly bool
@@ -64,7 +66,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up, r.Proxy))
+			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, newRequestRules(&r)))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Embedded != nil:
@@ -74,7 +76,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rr := route{prefix: r.Prefix, handler: h, maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
+		rr := route{prefix: r.Prefix, handler: h, headers: newHeaderRules(r.Headers), maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil}
 		if len(r.Hosts) > 0 {
 			rt.addHosts(rr, r.Hosts)
@@ -92,6 +94,15 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 	}
 	rt.listeners(cfg)
 	return rt, nil
+}
+
+// bodyCap is the body cap of a request to rr (nil: none matched): the
+// route's max_body_bytes, else global.
+func (rr *route) bodyCap(global int64) int64 {
+	if rr != nil && rr.maxBody != nil {
+		return *rr.maxBody
+	}
+	return global
 }
 
 func longestFirst(routes []route) {
