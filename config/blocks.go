@@ -34,6 +34,7 @@ var (
 			{Type: "sandbox"},
 			{Type: "log"},
 			{Type: "streams"},
+			{Type: "error_page"},
 		},
 	}
 	streamsSchema = &hcl.BodySchema{
@@ -69,7 +70,7 @@ var (
 	}
 	routeSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "max_body_bytes"}, {Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"}, {Name: "hide_upstream_headers"}},
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}, {Type: "headers"}, {Type: "request_headers"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"}, {Type: "headers"}, {Type: "request_headers"}, {Type: "error_page"}},
 	}
 	staticSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -163,6 +164,8 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 		d.errorf(body.MissingItemRange(), "Missing route block",
 			`At least one route block is required, such as: route "/" { static { root = "www" } }.`)
 	}
+	cfg.ErrorPages = d.errorPages(content.Blocks, "", cfg.BaseDir)
+	d.placeErrorPages(cfg)
 	upstreams := map[string]hcl.Range{}
 	for _, b := range blocks["upstream"] {
 		d.upstream(b, cfg, upstreams)

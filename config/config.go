@@ -51,6 +51,10 @@ type Config struct {
 	// Streams is the budget of stream-class requests and upgraded
 	// connections, which run outside the request pool (docs/DESIGN.md §10).
 	Streams Streams
+	// ErrorPages are the top-level error_page blocks: for every route
+	// (a route's own win for their statuses) and for requests no route
+	// matches.
+	ErrorPages []ErrorPage
 	// RateLimitEntries bounds the rate limiter's table of buckets
 	// (1..10000000, default 100000); the least recently used is evicted.
 	RateLimitEntries int
@@ -242,6 +246,9 @@ type Route struct {
 	// HideUpstreamHeaders (proxy routes) are removed from the upstream's
 	// responses, canonical.
 	HideUpstreamHeaders []string
+	// ErrorPages are the route's error_page blocks, which win over the
+	// top-level ones for their statuses.
+	ErrorPages []ErrorPage
 }
 
 // Static serves files under Root.

@@ -223,7 +223,7 @@ func (h *HeaderRules) OnStatus(status int) bool {
 // routeSite decodes a route's site blocks and attributes (header rules,
 // error pages), which may stand beside its handler, into r, and returns
 // the other blocks: the handlers.
-func (d *decoder) routeSite(content *hcl.BodyContent, name string, r *Route) hcl.Blocks {
+func (d *decoder) routeSite(content *hcl.BodyContent, name, base string, r *Route) hcl.Blocks {
 	var handlers hcl.Blocks
 	proxy := false
 	for _, b := range content.Blocks {
@@ -237,6 +237,7 @@ func (d *decoder) routeSite(content *hcl.BodyContent, name string, r *Route) hcl
 		}
 	}
 	r.Headers = d.headerBlocks(content.Blocks, name)
+	r.ErrorPages = d.errorPages(content.Blocks, name, base)
 	for i, b := range content.Blocks.OfType("request_headers") {
 		switch {
 		case i > 0:

@@ -49,7 +49,7 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, keys map[routeKey]hcl.Range) 
 			d.errorf(rng, "Invalid value", "%s: class is \"request\" or \"stream\", got %q.", name, class)
 		}
 	}
-	handlers := d.routeSite(content, name, &r)
+	handlers := d.routeSite(content, name, cfg.BaseDir, &r)
 	if len(handlers) == 0 {
 		d.errorf(b.DefRange, "Missing route handler", "%s needs one handler block (static, respond, proxy, metrics or embedded).", name)
 		return

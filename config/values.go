@@ -20,6 +20,9 @@ type decoder struct {
 	// every listener is read.
 	redirects []redirectRef
 	host      *hostChecks // nil: the host checks are skipped
+	// pages are the error pages decoded, placed under their roots once
+	// every static root is known.
+	pages []pageRef
 }
 
 func (d *decoder) add(diags hcl.Diagnostics) { d.diags = append(d.diags, diags...) }

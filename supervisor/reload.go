@@ -257,6 +257,7 @@ type workerView struct {
 	Log         config.Log
 	BaseDir     string
 	Listeners   []listenerAnswers
+	ErrorPages  []config.ErrorPage
 }
 
 // listenerAnswers is what a worker adds to the answers on a listener.
@@ -273,7 +274,7 @@ func viewOf(c *config.Config) workerView {
 		IdleTLS: c.Workers.TLSMaxIdleSessions, Threads: c.Workers.Threads,
 		Body: c.Limits.MaxBodyBytes, Write: c.Limits.WriteTimeout, Idle: c.Limits.KeepAliveIdleTimeout,
 		Sandbox: c.Sandbox, User: c.User, CORS: c.CORS, Log: c.Log, BaseDir: c.BaseDir,
-		Listeners: answersOf(c),
+		Listeners: answersOf(c), ErrorPages: c.ErrorPages,
 	}
 }
 

@@ -40,11 +40,14 @@ type proxyHandler struct {
 	rp   *httputil.ReverseProxy
 	// rules are the route's request_headers and hide_upstream_headers.
 	rules requestRules
+	// pages are the route's error pages, for upstream_errors and for the
+	// proxy's own 502, 503 and 504.
+	pages errorPages
 }
 
 // newProxy returns the handler of a proxy route.
-func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, rules requestRules) http.Handler {
-	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, rules: rules}
+func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, rules requestRules, pages errorPages) http.Handler {
+	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, rules: rules, pages: pages}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,
@@ -92,6 +95,7 @@ func stripClientHeaders(h http.Header) {
 }
 
 func (h *proxyHandler) modifyResponse(res *http.Response) error {
+	h.pages.interceptUpstream(h.w.log, res)
 	h.rules.response(res)
 	if h.cfg.RewriteRedirects {
 		h.pool.rewriteRedirects(res)
@@ -115,6 +119,7 @@ func (h *proxyHandler) fail(rw http.ResponseWriter, r *http.Request, err error) 
 		level = hclog.Debug // refused by design, counted by the supervisor
 	}
 	h.w.log.Log(level, "proxy error", "upstream", h.pool.up.Name, "status", status, "error", err)
+	ownAnswer(rw)
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)
 	fmt.Fprint(rw, text)

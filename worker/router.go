@@ -23,6 +23,8 @@ type router struct {
 	// byListener holds what listeners with hsts or https_redirect add, by
 	// listener name; immutable.
 	byListener map[string]listenerHTTP
+	// pages are the global error pages, for requests without a route.
+	pages errorPages
 }
 
 type route struct {
@@ -43,14 +45,20 @@ type route struct {
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
 	// headers are the route's response header rules.
 	headers headerRules
+	// pages are its error pages, the global ones included; relaysErrors:
+	// its handler's error responses are another server's (an upstream's,
+	// an embedded handler's, respond's own body), not replaced by them.
+	pages        errorPages
+	relaysErrors bool
 	// headOnly: answered from the head alone, the body never read, so no
 	// body cap applies (https_redirect).
 	headOnly bool
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
-	rt := &router{}
+	rt := &router{pages: w.newErrorPages(cfg.ErrorPages, nil, roots)}
 	for _, r := range cfg.Routes {
+		pages := w.newErrorPages(cfg.ErrorPages, r.ErrorPages, roots)
 		var h http.Handler
 		switch {
 		case r.Static != nil:
@@ -66,7 +74,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, newRequestRules(&r)))
+			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, newRequestRules(&r), pages))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Embedded != nil:
@@ -76,7 +84,8 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rr := route{prefix: r.Prefix, handler: h, headers: newHeaderRules(r.Headers), maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
+		rr := route{prefix: r.Prefix, handler: h, headers: newHeaderRules(r.Headers), pages: pages,
+			relaysErrors: r.Proxy != nil || r.Embedded != nil || r.Respond != nil && r.Respond.Body != "", maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil}
 		if len(r.Hosts) > 0 {
 			rt.addHosts(rr, r.Hosts)
@@ -147,6 +156,9 @@ func serve(rr *route, w http.ResponseWriter, r *http.Request) {
 	case rr == nil:
 		http.NotFound(w, r)
 	default:
+		if resp, ok := w.(*response); ok && rr.relaysErrors {
+			resp.relayed = true
+		}
 		rr.handler.ServeHTTP(w, r)
 	}
 }

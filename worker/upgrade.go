@@ -80,6 +80,7 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	}
 	ctx := r.Context()
 	if !cs.leavePool(ctx, true) {
+		ownAnswer(rw)
 		rw.Header().Set("Retry-After", "5")
 		http.Error(rw, "503 service unavailable: too many long-lived connections", http.StatusServiceUnavailable)
 		return

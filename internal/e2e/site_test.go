@@ -128,6 +128,9 @@ type sideCase struct {
 	want   int
 	fields map[string]string // field: the value both must send
 	body   string            // non-empty: the body both must send
+	// mediaType, non-empty: the Content-Type both must send, parameters
+	// aside (nginx adds a charset only where told to).
+	mediaType string
 }
 
 func sideBySide(t *testing.T, gatehouse, nginx string, cases []sideCase) {
@@ -149,6 +152,9 @@ func sideBySide(t *testing.T, gatehouse, nginx string, cases []sideCase) {
 				if got := strings.Join(r.Header.Values(k), ", "); got != v {
 					t.Errorf("%s: %s %q, want %q", name, k, got, v)
 				}
+			}
+			if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); tc.mediaType != "" && mt != tc.mediaType {
+				t.Errorf("%s: Content-Type %q, want %s", name, r.Header.Get("Content-Type"), tc.mediaType)
 			}
 			if tc.body != "" && string(body) != tc.body {
 				t.Errorf("%s: body %.200q, want %.200q", name, body, tc.body)
@@ -239,5 +245,100 @@ route "/app/" {
 			fields: map[string]string{"X-Frame-Options": "", "Referrer-Policy": "no-referrer", "X-Powered-By": "", "X-Got-Env": "prod"}},
 		{ex: exchange{method: "GET", target: "/app/status/204"}, want: 204,
 			fields: map[string]string{"Cache-Control": "no-store", "X-Frame-Options": "DENY"}},
+	})
+}
+
+// TestErrorPagesAgainstNginx: error pages for gatehouse's own errors (a
+// static 404, the proxy's 502 for an upstream that is down, the 413 of a
+// route's max_body_bytes) and, where asked, an upstream's (nginx
+// proxy_intercept_errors), each with its status kept and its file's type;
+// a page read from a directory of its own, handed to the sandboxed workers
+// beside the static root.
+func TestErrorPagesAgainstNginx(t *testing.T) {
+	dir := workerReadableTempDir(t)
+	www, errs := filepath.Join(dir, "www"), filepath.Join(dir, "errors")
+	page404, page413, page50x := "<h1>not here</h1>\n", "<h1>too large</h1>\n", "<h1>try again soon</h1>\n"
+	writeTree(t, www, map[string]string{"index.html": "<h1>home</h1>\n", "errors/404.html": page404, "errors/413.html": page413})
+	writeTree(t, errs, map[string]string{"50x.html": page50x})
+	app, down := startSiteUpstream(t), closedPort(t)
+	ng := startNginxWith(t, fmt.Sprintf(`
+    error_page 404 /errors/404.html;
+    location / {
+      root %[1]s;
+    }
+    location /app/ {
+      client_max_body_size 64;
+      proxy_pass http://%[3]s;
+      proxy_intercept_errors on;
+      error_page 502 503 /50x.html;
+      error_page 413 /errors/413.html;
+    }
+    location /down/ {
+      proxy_pass http://%[4]s;
+      error_page 502 /50x.html;
+    }
+    location = /50x.html {
+      root %[2]s;
+      internal;
+    }
+`, www, errs, app, down))
+	h := start(t, fmt.Sprintf(`
+log {
+  access_log = false
+}
+upstream "app" {
+  addresses = [%[3]q]
+}
+upstream "down" {
+  addresses = [%[4]q]
+}
+error_page {
+  status = [404]
+  file   = %[5]q
+}
+error_page {
+  status = [413]
+  file   = %[6]q
+}
+route "/" {
+  static {
+    root = %[1]q
+  }
+}
+route "/app/" {
+  max_body_bytes = 64
+  error_page {
+    status          = [502, 503]
+    file            = %[2]q
+    upstream_errors = true
+  }
+  proxy {
+    upstream = "app"
+  }
+}
+route "/down/" {
+  error_page {
+    status = [502]
+    file   = %[2]q
+  }
+  proxy {
+    upstream = "down"
+  }
+}
+`, www, filepath.Join(errs, "50x.html"), app, down, filepath.Join(www, "errors/404.html"), filepath.Join(www, "errors/413.html")))
+	post := func(n int) exchange {
+		return exchange{method: "POST", target: "/app/echo", hdr: []string{"Content-Type", "text/plain"}, body: strings.Repeat("b", n)}
+	}
+	sideBySide(t, h.addr, ng, []sideCase{
+		{ex: exchange{method: "GET", target: "/"}, want: 200, body: "<h1>home</h1>\n"},
+		{ex: exchange{method: "GET", target: "/missing"}, want: 404, body: page404, mediaType: "text/html"},
+		{ex: exchange{method: "GET", target: "/app/status/503"}, want: 503, body: page50x, mediaType: "text/html",
+			fields: map[string]string{"X-Got-Host": "", "X-Powered-By": ""}}, // the upstream's fields dropped
+		{ex: exchange{method: "GET", target: "/app/status/502"}, want: 502, body: page50x, mediaType: "text/html"},
+		{ex: exchange{method: "GET", target: "/app/status/500"}, want: 500, body: "upstream 500\n", mediaType: "text/plain"},
+		{ex: exchange{method: "GET", target: "/app/status/404"}, want: 404, body: "upstream 404\n", mediaType: "text/plain"},
+		{ex: exchange{method: "GET", target: "/down/x"}, want: 502, body: page50x, mediaType: "text/html"},
+		{ex: post(64), want: 200, body: "upstream 200\n"},
+		{ex: post(65), want: 413, body: page413, mediaType: "text/html"},
 	})
 }
