@@ -81,6 +81,9 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 		// add confusing follow-on errors.
 		return nil, newError(diags, file)
 	}
+	if len(src) > MaxSourceBytes {
+		return nil, newError(hcl.Diagnostics{tooLarge(src, filename)}, file)
+	}
 	cfg := defaults()
 	cfg.Source = bytes.Clone(src)
 	cfg.Filename = filename
@@ -97,6 +100,26 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 		cfg.Warnings = append(cfg.Warnings, diagnosticText(w))
 	}
 	return &cfg, nil
+}
+
+// MaxSourceBytes bounds the configuration file: the supervisor sends it
+// whole to every worker in its Hello frame, which ipc caps at 64 KiB with
+// the TLS certificate chains; error pages are read by the workers from their
+// files and take no room in it.
+const MaxSourceBytes = 48 << 10
+
+// tooLarge is the error for a file over MaxSourceBytes, at the line where
+// the limit falls.
+func tooLarge(src []byte, filename string) *hcl.Diagnostic {
+	line := 1 + bytes.Count(src[:MaxSourceBytes], []byte("\n"))
+	pos := hcl.Pos{Line: line, Column: 1, Byte: MaxSourceBytes}
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Configuration too large",
+		Detail: fmt.Sprintf("The file is %d bytes, over the %d a worker can be sent in its Hello frame (64 KiB with the TLS certificates); the limit falls on this line. Shorten it: error page bodies belong in files (error_page.file), not here.",
+			len(src), MaxSourceBytes),
+		Subject: &hcl.Range{Filename: filename, Start: pos, End: pos},
+	}
 }
 
 func baseDir(dir string) (string, error) {
