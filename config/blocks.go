@@ -34,6 +34,7 @@ var (
 			{Type: "sandbox"},
 			{Type: "log"},
 			{Type: "streams"},
+			{Type: "error_page"},
 		},
 	}
 	streamsSchema = &hcl.BodySchema{
@@ -68,10 +69,10 @@ var (
 		},
 	}
 	routeSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"},
-			{Name: "access"}, {Name: "slash_redirect"}},
+		Attributes: []hcl.AttributeSchema{{Name: "max_body_bytes"}, {Name: "max_upload_bytes"}, {Name: "upload_token_sha256"}, {Name: "allow_trace"}, {Name: "request_buffering"}, {Name: "class"}, {Name: "hosts"},
+			{Name: "hide_upstream_headers"}, {Name: "access"}, {Name: "slash_redirect"}},
 		Blocks: []hcl.BlockHeaderSchema{{Type: "static"}, {Type: "respond"}, {Type: "proxy"}, {Type: "metrics"}, {Type: "embedded"},
-			{Type: "redirect"}, {Type: "basic_auth"}, {Type: "compress"}},
+			{Type: "redirect"}, {Type: "basic_auth"}, {Type: "compress"}, {Type: "headers"}, {Type: "request_headers"}, {Type: "error_page"}},
 	}
 	staticSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -166,6 +167,8 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 		d.errorf(body.MissingItemRange(), "Missing route block",
 			`At least one route block is required, such as: route "/" { static { root = "www" } }.`)
 	}
+	cfg.ErrorPages = d.errorPages(content.Blocks, "", cfg.BaseDir)
+	d.placeErrorPages(cfg)
 	upstreams := map[string]hcl.Range{}
 	for _, b := range blocks["upstream"] {
 		d.upstream(b, cfg, upstreams)
@@ -324,7 +327,7 @@ func (d *decoder) listener(b *hcl.Block, cfg *Config, names map[string]hcl.Range
 			ok = false
 		}
 	}
-	l := Listener{Name: name, Address: ap, ProxyProtocol: proxy, TLS: tls}
+	l := Listener{Name: name, Address: ap, ProxyProtocol: proxy, TLS: tls, Headers: d.headerBlocks(content.Blocks, fmt.Sprintf("listener %q", name))}
 	if d.listenerHTTP(content, &l) && ok {
 		cfg.Listeners = append(cfg.Listeners, l)
 	}

@@ -51,6 +51,10 @@ type Config struct {
 	// Streams is the budget of stream-class requests and upgraded
 	// connections, which run outside the request pool (docs/DESIGN.md §10).
 	Streams Streams
+	// ErrorPages are the top-level error_page blocks: for every route
+	// (a route's own win for their statuses) and for requests no route
+	// matches.
+	ErrorPages []ErrorPage
 	// RateLimitEntries bounds the rate limiter's table of buckets
 	// (1..10000000, default 100000); the least recently used is evicted.
 	RateLimitEntries int
@@ -113,6 +117,9 @@ type Listener struct {
 	// HTTPSRedirect, only without TLS, answers every request on the
 	// listener with a redirect to https.
 	HTTPSRedirect *HTTPSRedirect
+	// Headers are the listener's response header rules, applied to every
+	// response on it before the route's (`headers` blocks, in order).
+	Headers []HeaderRules
 }
 
 // Workers is the `workers` block.
@@ -211,6 +218,10 @@ type Route struct {
 	Proxy    *Proxy
 	Metrics  *Metrics
 	Embedded *Embedded
+	// MaxBodyBytes is the route's own body cap, in place of
+	// limits.max_body_bytes (0..1 TiB); nil: the global one. A body over it
+	// gets 413.
+	MaxBodyBytes *int64
 	// MaxUploadBytes raises the body cap for requests whose head carries an
 	// accepted bearer token (0: no raise).
 	MaxUploadBytes int64
@@ -244,6 +255,18 @@ type Route struct {
 	// ending in "/" (default false: such a request matches another route,
 	// or gets 404).
 	SlashRedirect bool
+	// Headers are the route's response header rules, applied after the
+	// listener's (`headers` blocks, in order).
+	Headers []HeaderRules
+	// RequestHeaders (proxy routes) changes the fields the upstream
+	// receives; nil changes none.
+	RequestHeaders *RequestHeaders
+	// HideUpstreamHeaders (proxy routes) are removed from the upstream's
+	// responses, canonical.
+	HideUpstreamHeaders []string
+	// ErrorPages are the route's error_page blocks, which win over the
+	// top-level ones for their statuses.
+	ErrorPages []ErrorPage
 }
 
 // Static serves files under Root.

@@ -46,6 +46,8 @@ type hostChecks struct {
 	// openRoot opens a static root (ParseOptions.OpenRoot); nil opens the
 	// path.
 	openRoot func(path string) (*os.File, error)
+	// authorizesUploads: see ParseOptions.AuthorizesUploads.
+	authorizesUploads bool
 }
 
 // checkUser resolves the supervisor's account from cfg.User and the
@@ -78,6 +80,12 @@ func (d *decoder) checkUser(user, workerUser string, rng hcl.Range) {
 // checkRoot reports a static root the supervisor cannot open or the
 // workers cannot read.
 func (d *decoder) checkRoot(route, root string, rng hcl.Range) bool {
+	return d.checkRootDir(route+": static.root", root, rng)
+}
+
+// checkRootDir reports a directory handed to the workers (what names it)
+// that the supervisor cannot open or the workers cannot read.
+func (d *decoder) checkRootDir(what, root string, rng hcl.Range) bool {
 	open := d.host.openRoot
 	if open == nil {
 		open = sandbox.OpenRootDir
@@ -93,9 +101,9 @@ func (d *decoder) checkRoot(route, root string, rng hcl.Range) bool {
 			err = pe.Err
 		}
 		if errors.Is(err, fs.ErrPermission) {
-			d.errorf(rng, "Unreadable static root", "%s: static.root %q cannot be opened by the supervisor's account (uid %d, gid %d), which hands it to the workers: %s.", route, root, os.Geteuid(), os.Getegid(), unsearchable(root, err))
+			d.errorf(rng, "Unreadable static root", "%s %q cannot be opened by the supervisor's account (uid %d, gid %d), which hands it to the workers: %s.", what, root, os.Geteuid(), os.Getegid(), unsearchable(root, err))
 		} else {
-			d.errorf(rng, "Invalid static root", "%s: static.root %q: %v.", route, root, err)
+			d.errorf(rng, "Invalid static root", "%s %q: %v.", what, root, err)
 		}
 		return false
 	}
@@ -103,25 +111,22 @@ func (d *decoder) checkRoot(route, root string, rng hcl.Range) bool {
 	fi, err := f.Stat()
 	switch {
 	case err != nil:
-		d.errorf(rng, "Invalid static root", "%s: static.root %q: %v.", route, root, err)
+		d.errorf(rng, "Invalid static root", "%s %q: %v.", what, root, err)
 		return false
 	case !fi.IsDir():
-		d.errorf(rng, "Invalid static root", "%s: static.root %q is not a directory.", route, root)
+		d.errorf(rng, "Invalid static root", "%s %q is not a directory.", what, root)
 		return false
 	}
 	if d.host.account == nil {
 		return true
 	}
 	if err := canRead(f, fi, *d.host.account); err != nil {
-		d.errorf(rng, "Unreadable static root", "%s: static.root %q cannot be opened by the workers' account %s: %s.", route, root, d.host.account, err)
+		d.errorf(rng, "Unreadable static root", "%s %q cannot be opened by the workers' account %s: %s.", what, root, d.host.account, err)
 		return false
 	}
 	return true
 }
 
-// checkCertificate loads c's files as the supervisor will and reports
-// every problem at the certificate block (rng); an expired certificate is a
-// warning.
 func (d *decoder) checkCertificate(c Certificate, what string, rng hcl.Range) {
 	pair, err := LoadKeyPair(c, d.host.keysAs)
 	if err != nil {

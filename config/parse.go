@@ -44,6 +44,12 @@ type ParseOptions struct {
 	// open the path (O_PATH). A reloading supervisor, whose account may no
 	// longer reach a root it opened at start, answers with that one.
 	OpenRoot func(path string) (*os.File, error)
+	// AuthorizesUploads says the worker program authorizes large uploads
+	// itself (worker.Options.AuthorizeUpload), so a route's
+	// max_upload_bytes needs no upload_token_sha256. Unset, such a route
+	// is an error unless SkipFSChecks is set: every upload over its
+	// max_body_bytes would get 401.
+	AuthorizesUploads bool
 }
 
 // Load reads and parses the file at path for a worker program without
@@ -75,13 +81,16 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 		// add confusing follow-on errors.
 		return nil, newError(diags, file)
 	}
+	if len(src) > MaxSourceBytes {
+		return nil, newError(hcl.Diagnostics{tooLarge(src, filename)}, file)
+	}
 	cfg := defaults()
 	cfg.Source = bytes.Clone(src)
 	cfg.Filename = filename
 	cfg.BaseDir = base
 	d := &decoder{diags: diags}
 	if !opt.SkipFSChecks {
-		d.host = &hostChecks{handlers: opt.Handlers, keysAsUser: opt.KeysAsUser, certificates: !opt.SkipCertificates, openRoot: opt.OpenRoot}
+		d.host = &hostChecks{handlers: opt.Handlers, keysAsUser: opt.KeysAsUser, certificates: !opt.SkipCertificates, openRoot: opt.OpenRoot, authorizesUploads: opt.AuthorizesUploads}
 	}
 	d.root(file.Body, &cfg)
 	if d.diags.HasErrors() {
@@ -91,6 +100,26 @@ func Parse(src []byte, filename string, opt ParseOptions) (*Config, error) {
 		cfg.Warnings = append(cfg.Warnings, diagnosticText(w))
 	}
 	return &cfg, nil
+}
+
+// MaxSourceBytes bounds the configuration file: the supervisor sends it
+// whole to every worker in its Hello frame, which ipc caps at 64 KiB with
+// the TLS certificate chains; error pages are read by the workers from their
+// files and take no room in it.
+const MaxSourceBytes = 48 << 10
+
+// tooLarge is the error for a file over MaxSourceBytes, at the line where
+// the limit falls.
+func tooLarge(src []byte, filename string) *hcl.Diagnostic {
+	line := 1 + bytes.Count(src[:MaxSourceBytes], []byte("\n"))
+	pos := hcl.Pos{Line: line, Column: 1, Byte: MaxSourceBytes}
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Configuration too large",
+		Detail: fmt.Sprintf("The file is %d bytes, over the %d a worker can be sent in its Hello frame (64 KiB with the TLS certificates); the limit falls on this line. Shorten it: error page bodies belong in files (error_page.file), not here.",
+			len(src), MaxSourceBytes),
+		Subject: &hcl.Range{Filename: filename, Start: pos, End: pos},
+	}
 }
 
 func baseDir(dir string) (string, error) {

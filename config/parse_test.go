@@ -392,13 +392,13 @@ func TestListeners(t *testing.T) {
 		want []Listener
 		err  string // non-empty: a substring of the expected error
 	}{
-		{listener("http", "127.0.0.1:8080"), []Listener{{"http", netip.MustParseAddrPort("127.0.0.1:8080"), false, nil, nil, nil}}, ""},
-		{listener("v6", "[::1]:8080"), []Listener{{"v6", netip.MustParseAddrPort("[::1]:8080"), false, nil, nil, nil}}, ""},
-		{listener("any", "[::]:443"), []Listener{{"any", netip.MustParseAddrPort("[::]:443"), false, nil, nil, nil}}, ""},
+		{listener("http", "127.0.0.1:8080"), []Listener{{"http", netip.MustParseAddrPort("127.0.0.1:8080"), false, nil, nil, nil, nil}}, ""},
+		{listener("v6", "[::1]:8080"), []Listener{{"v6", netip.MustParseAddrPort("[::1]:8080"), false, nil, nil, nil, nil}}, ""},
+		{listener("any", "[::]:443"), []Listener{{"any", netip.MustParseAddrPort("[::]:443"), false, nil, nil, nil, nil}}, ""},
 		{listener("a", "127.0.0.1:80") + listener("b", "[::1]:80"),
-			[]Listener{{"a", netip.MustParseAddrPort("127.0.0.1:80"), false, nil, nil, nil}, {"b", netip.MustParseAddrPort("[::1]:80"), false, nil, nil, nil}}, ""},
+			[]Listener{{"a", netip.MustParseAddrPort("127.0.0.1:80"), false, nil, nil, nil, nil}, {"b", netip.MustParseAddrPort("[::1]:80"), false, nil, nil, nil, nil}}, ""},
 		{listener("a", "127.0.0.1:0") + listener("b", "127.0.0.1:0"),
-			[]Listener{{"a", netip.MustParseAddrPort("127.0.0.1:0"), false, nil, nil, nil}, {"b", netip.MustParseAddrPort("127.0.0.1:0"), false, nil, nil, nil}}, ""},
+			[]Listener{{"a", netip.MustParseAddrPort("127.0.0.1:0"), false, nil, nil, nil, nil}, {"b", netip.MustParseAddrPort("127.0.0.1:0"), false, nil, nil, nil, nil}}, ""},
 		{listener("http", "localhost:8080"), nil, `file.hcl:2,13-29: Invalid listener address; listener "http": address: "localhost:8080": an IP literal is required`},
 		{listener("http", ":8080"), nil, `file.hcl:2,13-20: Invalid listener address; listener "http": address: ":8080" has no IP address`},
 		{listener("http", "127.0.0.1"), nil, `file.hcl:2,13-24: Invalid listener address`},
@@ -411,7 +411,7 @@ func TestListeners(t *testing.T) {
 		{listener("", "127.0.0.1:80"), nil, `file.hcl:1,10-12: Invalid listener name`},
 		{"listener \"a\" {\n}\n", nil, `file.hcl:1,14-14: Missing required argument; The argument "address" is required`},
 		{"listener {\n  address = \"127.0.0.1:80\"\n}\n", nil, `file.hcl:1,10-11: Missing name for listener`},
-		{"listener \"lb\" {\n  address = \"127.0.0.1:80\"\n  proxy_protocol = true\n}\n", []Listener{{"lb", netip.MustParseAddrPort("127.0.0.1:80"), true, nil, nil, nil}}, ""},
+		{"listener \"lb\" {\n  address = \"127.0.0.1:80\"\n  proxy_protocol = true\n}\n", []Listener{{"lb", netip.MustParseAddrPort("127.0.0.1:80"), true, nil, nil, nil, nil}}, ""},
 		{"listener \"lb\" {\n  address = \"127.0.0.1:80\"\n  proxy_protocol = \"yes\"\n}\n", nil, `listener "lb": proxy_protocol`},
 	}
 	for _, tt := range tests {
@@ -568,7 +568,7 @@ func TestDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantListeners := []Listener{{"http", netip.MustParseAddrPort("127.0.0.1:8080"), false, nil, nil, nil}}
+	wantListeners := []Listener{{"http", netip.MustParseAddrPort("127.0.0.1:8080"), false, nil, nil, nil, nil}}
 	if !reflect.DeepEqual(cfg.Listeners, wantListeners) {
 		t.Errorf("Listeners = %v, want %v", cfg.Listeners, wantListeners)
 	}

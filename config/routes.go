@@ -50,7 +50,7 @@ func (d *decoder) route(b *hcl.Block, cfg *Config, keys map[routeKey]hcl.Range) 
 		}
 	}
 	d.routeOptions(content, name, &r, cfg)
-	handlers := handlerBlocks(content.Blocks)
+	handlers := handlerBlocks(d.routeSite(content, name, cfg.BaseDir, &r))
 	for i, blk := range content.Blocks.OfType("compress") {
 		if i > 0 {
 			d.errorf(blk.DefRange, "Duplicate compress block", "%s has more than one compress block.", name)
@@ -180,6 +180,11 @@ func (d *decoder) respond(b *hcl.Block, route string) *Respond {
 
 // upload decodes a route's large-upload policy.
 func (d *decoder) upload(attrs hcl.Attributes, name string, r *Route) {
+	if _, found := attrs["max_body_bytes"]; found {
+		var n int64
+		intAttr(d, attrs, "max_body_bytes", name+": max_body_bytes", 0, 1<<40, &n)
+		r.MaxBodyBytes = &n
+	}
 	intAttr(d, attrs, "max_upload_bytes", name+": max_upload_bytes", 1, 1<<40, &r.MaxUploadBytes)
 	hashes, rngs := stringListAttr(d, attrs, "upload_token_sha256", name+": upload_token_sha256")
 	for i, h := range hashes {
@@ -192,5 +197,13 @@ func (d *decoder) upload(attrs hcl.Attributes, name string, r *Route) {
 	}
 	if a, ok := attrs["upload_token_sha256"]; ok && r.MaxUploadBytes == 0 {
 		d.errorf(a.Range, "Missing max_upload_bytes", "%s: upload_token_sha256 has no effect without max_upload_bytes.", name)
+	}
+	// Without a token nothing can be accepted, so every upload over the cap
+	// would get 401. A program that authorizes uploads itself
+	// (ParseOptions.AuthorizesUploads) needs none; a re-parsing worker
+	// trusts the supervisor's check.
+	if a, ok := attrs["max_upload_bytes"]; ok && r.MaxUploadBytes > 0 && len(hashes) == 0 && d.host != nil && !d.host.authorizesUploads {
+		d.errorf(a.Range, "Missing upload_token_sha256",
+			"%s: max_upload_bytes raises the cap only for a request carrying an accepted token, and upload_token_sha256 lists none, so every larger upload would get 401; add the SHA-256 of a token, or use max_body_bytes to raise the route's cap for every request.", name)
 	}
 }

@@ -29,7 +29,7 @@ type Certificate struct {
 }
 
 var (
-	listenerBlocks = []hcl.BlockHeaderSchema{{Type: "tls"}, {Type: "hsts"}}
+	listenerBlocks = []hcl.BlockHeaderSchema{{Type: "tls"}, {Type: "hsts"}, {Type: "headers"}}
 	tlsSchema      = &hcl.BodySchema{
 		Blocks: []hcl.BlockHeaderSchema{{Type: "certificate", LabelNames: []string{"name"}}},
 	}

@@ -23,6 +23,9 @@ type decoder struct {
 	// auths are the basic_auth blocks, checked against the rate limit
 	// classes and the Hello budget at the end.
 	auths []authRef
+	// pages are the error pages decoded, placed under their roots once
+	// every static root is known.
+	pages []pageRef
 }
 
 func (d *decoder) add(diags hcl.Diagnostics) { d.diags = append(d.diags, diags...) }

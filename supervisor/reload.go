@@ -46,7 +46,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	}
 	// The certificates are read below, where one that fails keeps the
 	// running one instead of failing the reload.
-	opt := config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true}
+	opt := config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true, AuthorizesUploads: s.opts.AuthorizesUploads}
 	if s.heldRoots != nil {
 		opt.OpenRoot = s.openRoot
 	}
@@ -259,6 +259,7 @@ type workerView struct {
 	Log         config.Log
 	BaseDir     string
 	Listeners   []listenerAnswers
+	ErrorPages  []config.ErrorPage
 }
 
 // listenerAnswers is what a worker adds to the answers on a listener.
@@ -266,6 +267,7 @@ type listenerAnswers struct {
 	Name     string
 	HSTS     *config.HSTS
 	Redirect *config.HTTPSRedirect
+	Headers  []config.HeaderRules
 }
 
 func viewOf(c *config.Config) workerView {
@@ -274,15 +276,15 @@ func viewOf(c *config.Config) workerView {
 		IdleTLS: c.Workers.TLSMaxIdleSessions, Threads: c.Workers.Threads,
 		Body: c.Limits.MaxBodyBytes, Write: c.Limits.WriteTimeout, Idle: c.Limits.KeepAliveIdleTimeout,
 		Sandbox: c.Sandbox, User: c.User, CORS: c.CORS, Log: c.Log, BaseDir: c.BaseDir,
-		Listeners: answersOf(c),
+		Listeners: answersOf(c), ErrorPages: c.ErrorPages,
 	}
 }
 
 func answersOf(c *config.Config) []listenerAnswers {
 	var a []listenerAnswers
 	for _, l := range c.Listeners {
-		if l.HSTS != nil || l.HTTPSRedirect != nil {
-			a = append(a, listenerAnswers{Name: l.Name, HSTS: l.HSTS, Redirect: l.HTTPSRedirect})
+		if l.HSTS != nil || l.HTTPSRedirect != nil || l.Headers != nil {
+			a = append(a, listenerAnswers{Name: l.Name, HSTS: l.HSTS, Redirect: l.HTTPSRedirect, Headers: l.Headers})
 		}
 	}
 	return a

@@ -20,8 +20,9 @@ import (
 // directory opened before for the same path; a root a reload adds must be
 // open to the supervisor's account.
 
-// configRoots are the distinct static roots of cfg, in route order: the
-// workers' sandbox policy names them in this order.
+// configRoots are the distinct static roots of cfg, in route order, then
+// the directories its error pages are read through: the workers' sandbox
+// policy names them in this order.
 func configRoots(cfg *config.Config) []string {
 	var roots []string
 	for _, r := range cfg.Routes {
@@ -29,7 +30,7 @@ func configRoots(cfg *config.Config) []string {
 			roots = append(roots, r.Static.Root)
 		}
 	}
-	return roots
+	return append(roots, cfg.ErrorPageRoots()...)
 }
 
 // openRoots opens every root of cfg (New, before privileges drop). It

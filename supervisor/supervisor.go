@@ -62,6 +62,10 @@ type Options struct {
 	// serves (worker.Options.Handlers), against which Reload checks the
 	// file's embedded blocks, as the caller's config.LoadWith did at start.
 	Handlers []string
+	// AuthorizesUploads: the worker program authorizes large uploads
+	// itself (config.ParseOptions.AuthorizesUploads), for Reload as for
+	// the caller's load at start.
+	AuthorizesUploads bool
 	// SpawnerArgs run WorkerPath as the spawner (see package spawner) that
 	// a supervisor started as root leaves the workers' creation to.
 	// Default: ["spawner"].

@@ -41,11 +41,16 @@ type proxyHandler struct {
 	// base is the route's prefix without its trailing "/", replaced by
 	// cfg.RewritePrefix in the path sent upstream when that is set.
 	base string
+	// rules are the route's request_headers and hide_upstream_headers.
+	rules requestRules
+	// pages are the route's error pages, for upstream_errors and for the
+	// proxy's own 502, 503 and 504.
+	pages errorPages
 }
 
 // newProxy returns the handler of a proxy route.
-func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string) http.Handler {
-	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, base: strings.TrimSuffix(prefix, "/")}
+func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string, rules requestRules, pages errorPages) http.Handler {
+	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, base: strings.TrimSuffix(prefix, "/"), rules: rules, pages: pages}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,
@@ -80,6 +85,7 @@ func (h *proxyHandler) rewrite(pr *httputil.ProxyRequest) {
 	}
 	stripClientHeaders(pr.Out.Header)
 	h.w.setForwarded(pr)
+	h.rules.request(pr.Out)
 }
 
 // stripClientHeaders removes what a client could use to pass for another
@@ -95,6 +101,8 @@ func stripClientHeaders(h http.Header) {
 }
 
 func (h *proxyHandler) modifyResponse(res *http.Response) error {
+	h.pages.interceptUpstream(h.w.log, res)
+	h.rules.response(res)
 	if h.cfg.RewriteRedirects {
 		h.pool.rewriteRedirects(res)
 	}
@@ -117,6 +125,7 @@ func (h *proxyHandler) fail(rw http.ResponseWriter, r *http.Request, err error) 
 		level = hclog.Debug // refused by design, counted by the supervisor
 	}
 	h.w.log.Log(level, "proxy error", "upstream", h.pool.up.Name, "status", status, "error", err)
+	ownAnswer(rw)
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)
 	fmt.Fprint(rw, text)

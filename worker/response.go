@@ -33,6 +33,12 @@ type response struct {
 	declared    int64 // Content-Length sent, or -1
 	written     int64 // body bytes accepted from the handler
 	err         error // sticky write error
+	// pages are the round's error pages; relayed: the handler is relaying
+	// another server's answer, whose errors are its own, not gatehouse's;
+	// substituted: a page replaced the body, and the handler's is dropped.
+	pages       errorPages
+	relayed     bool
+	substituted bool
 }
 
 // newResponse readies cs's response for a round, its header emptied.
@@ -41,7 +47,7 @@ func newResponse(cs *connServer, req *http.Request, keep bool) *response {
 		cs.respHeader = make(http.Header)
 	}
 	clear(cs.respHeader)
-	cs.resp = response{cs: cs, req: req, header: cs.respHeader, keep: keep, declared: -1, pending: cs.pendingBuf[:0]}
+	cs.resp = response{cs: cs, req: req, header: cs.respHeader, keep: keep, declared: -1, pending: cs.pendingBuf[:0], pages: cs.errorPages()}
 	return &cs.resp
 }
 
@@ -62,6 +68,9 @@ func (r *response) WriteHeader(code int) {
 	}
 	r.wroteHeader = true
 	r.status = code
+	if code >= 400 && r.pages != nil && !r.relayed {
+		r.substitute()
+	}
 }
 
 func (r *response) bodyAllowed() bool {
@@ -74,6 +83,9 @@ func (r *response) Write(p []byte) (int, error) {
 	}
 	if r.err != nil {
 		return 0, r.err
+	}
+	if r.substituted {
+		return len(p), nil
 	}
 	if r.status == http.StatusNoContent || r.status == http.StatusNotModified {
 		return 0, http.ErrBodyNotAllowed
@@ -220,6 +232,7 @@ func (r *response) sendHeader(final bool) {
 	if _, set := h["Content-Type"]; !set && len(r.pending) > 0 {
 		h.Set("Content-Type", http.DetectContentType(r.pending))
 	}
+	r.cs.siteHeaders(h, r.status)
 	hsts := r.cs.listener.hsts
 	if hsts != "" {
 		h.Del("Strict-Transport-Security") // the listener's, written below
@@ -299,12 +312,15 @@ func writeHeadLines(cs *connServer, status int, h http.Header) {
 // configured CORS headers and Connection: close. head is nil when the request
 // head never parsed; the Origin is then read from the raw head.
 func (cs *connServer) writeError(status int, reason string, head *httphead.Head, extra http.Header) {
-	body := strconv.Itoa(status) + " " + http.StatusText(status) + "\n"
+	body, ctype := strconv.Itoa(status)+" "+http.StatusText(status)+"\n", "text/plain; charset=utf-8"
+	if b, t, ok := cs.errorPages().page(cs.w.log, status); ok {
+		body, ctype = string(b), t
+	}
 	h := http.Header{}
 	for k, v := range extra {
 		h[k] = v
 	}
-	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Type", ctype)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Connection", "close")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -322,6 +338,7 @@ func (cs *connServer) writeError(status int, reason string, head *httphead.Head,
 		origin = httphead.OriginFromRaw(cs.raw.buf)
 	}
 	cs.w.setCORS(h, origin, true)
+	cs.siteHeaders(h, status)
 	writeHead(cs, status, h)
 	if head == nil || head.Method != http.MethodHead {
 		cs.bw.WriteString(body)

@@ -210,6 +210,7 @@ type connServer struct {
 	// relayed; it is closed after the round.
 	upgraded bool
 	rw       *response // the current round's response
+	rt       *route    // the round's route; nil before routing, or when none matched
 	in       deadlineReader
 	br       *bufio.Reader
 	bw       *bufio.Writer
@@ -337,6 +338,7 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	start := time.Now()
 	cs.roundStart = start
+	cs.rt = nil
 	cs.in.head(start)
 	cs.raw.start(cs.br)
 	hot := cs.hotNext
@@ -394,10 +396,11 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	}
 	req = req.WithContext(ctx)
 	rt := cs.route(req)
+	cs.rt = rt
 
 	// The body cap, raised for an authorized upload; both are decided from
 	// the head alone, before any body byte is read (or 100 Continue sent).
-	maxBody := lim.MaxBodyBytes
+	maxBody := rt.bodyCap(lim.MaxBodyBytes)
 	if rt != nil && rt.maxUpload > maxBody && (head.ContentLength > maxBody || head.Chunked) {
 		switch {
 		case cs.w.authorizedUpload(rt, req):

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -54,8 +55,16 @@ type roundHarness struct {
 // startWorker runs a worker on roundsConfig and completes its Hello.
 func startWorker(t *testing.T) *roundHarness {
 	t.Helper()
+	return startWorkerWith(t, roundsConfig, nil)
+}
+
+// startWorkerWith runs a worker on the configuration src, with the
+// document roots a sandboxed worker would have opened, and completes its
+// Hello.
+func startWorkerWith(t *testing.T, src string, roots map[string]*os.Root) *roundHarness {
+	t.Helper()
 	ws, ss := streamPair(t)
-	w := &Worker{log: hclog.NewNullLogger(), roots: nil}
+	w := &Worker{log: hclog.NewNullLogger(), roots: roots}
 	w.ch, w.calls.ch = ws, ws
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.run(nil) }()
@@ -90,7 +99,7 @@ func startWorker(t *testing.T) *roundHarness {
 			h.frames <- f
 		}
 	}()
-	hello := &proto.Hello{Config: []byte(roundsConfig), ConfigName: "rounds.hcl", Concurrency: 4}
+	hello := &proto.Hello{Config: []byte(src), ConfigName: "rounds.hcl", Concurrency: 4}
 	if err := ss.Send(&proto.Frame{Body: &proto.Frame_Hello{Hello: hello}}, -1); err != nil {
 		t.Fatal(err)
 	}

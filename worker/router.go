@@ -23,11 +23,16 @@ type router struct {
 	// byListener holds what listeners with hsts or https_redirect add, by
 	// listener name; immutable.
 	byListener map[string]listenerHTTP
+	// pages are the global error pages, for requests without a route.
+	pages errorPages
 }
 
 type route struct {
 	prefix  string
 	handler http.Handler
+	// maxBody is the route's own body cap (max_body_bytes), nil for the
+	// global one.
+	maxBody *int64
 	// maxUpload raises the body cap for an authorized request (0: none).
 	maxUpload int64
 	// allowTrace lets TRACE through to the handler; otherwise it is 405.
@@ -38,6 +43,13 @@ type route struct {
 	// budget (docs/DESIGN.md §10).
 	stream bool
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
+	// headers are the route's response header rules.
+	headers headerRules
+	// pages are its error pages, the global ones included; relaysErrors:
+	// its handler's error responses are another server's (an upstream's,
+	// an embedded handler's, respond's own body), not replaced by them.
+	pages        errorPages
+	relaysErrors bool
 	// headOnly: answered from the head alone, the body never read, so no
 	// body cap applies (https_redirect, redirect).
 	headOnly bool
@@ -53,9 +65,10 @@ type route struct {
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
-	rt := &router{}
+	rt := &router{pages: w.newErrorPages(cfg.ErrorPages, nil, roots)}
 	pools := encoderPools{}
 	for _, r := range cfg.Routes {
+		pages := w.newErrorPages(cfg.ErrorPages, r.ErrorPages, roots)
 		var h http.Handler
 		switch {
 		case r.Static != nil:
@@ -71,7 +84,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix))
+			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix, newRequestRules(&r), pages))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Redirect != nil:
@@ -83,7 +96,8 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rr := route{prefix: r.Prefix, handler: h, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
+		rr := route{prefix: r.Prefix, handler: h, headers: newHeaderRules(r.Headers), pages: pages,
+			relaysErrors: r.Proxy != nil || r.Embedded != nil || r.Respond != nil && r.Respond.Body != "", maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil && r.Redirect == nil, headOnly: r.Redirect != nil, access: r.Access}
 		if r.BasicAuth != nil {
 			rr.auth = newBasicAuth(r.BasicAuth)
@@ -110,6 +124,15 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 	}
 	rt.listeners(cfg)
 	return rt, nil
+}
+
+// bodyCap is the body cap of a request to rr (nil: none matched): the
+// route's max_body_bytes, else global.
+func (rr *route) bodyCap(global int64) int64 {
+	if rr != nil && rr.maxBody != nil {
+		return *rr.maxBody
+	}
+	return global
 }
 
 func longestFirst(routes []route) {
@@ -164,6 +187,9 @@ func serve(rr *route, w http.ResponseWriter, r *http.Request) {
 	case rr == nil:
 		http.NotFound(w, r)
 	default:
+		if resp, ok := w.(*response); ok && rr.relaysErrors {
+			resp.relayed = true
+		}
 		rr.handler.ServeHTTP(w, r)
 	}
 }

@@ -83,6 +83,7 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	}
 	ctx := r.Context()
 	if !cs.leavePool(ctx, true) {
+		ownAnswer(rw)
 		rw.Header().Set("Retry-After", "5")
 		http.Error(rw, "503 service unavailable: too many long-lived connections", http.StatusServiceUnavailable)
 		return
@@ -117,6 +118,7 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 		return
 	}
 	defer res.Body.Close()
+	h.rules.response(res)
 	if res.StatusCode != http.StatusSwitchingProtocols {
 		removeHopByHop(res.Header)
 		for k, v := range res.Header {

@@ -32,6 +32,7 @@ type hostRoutes struct {
 type listenerHTTP struct {
 	hsts     string // the Strict-Transport-Security value, or ""
 	redirect *route // answers every request with a redirect to https, or nil
+	headers  headerRules
 }
 
 // addHosts files r under each of its host patterns.
@@ -79,7 +80,8 @@ func (rt *router) listeners(cfg *config.Config) {
 		if l.HTTPSRedirect != nil {
 			lh.redirect = &route{prefix: "/", handler: rt.redirectHandler(l.HTTPSRedirect.Port), headOnly: true}
 		}
-		if lh != (listenerHTTP{}) {
+		lh.headers = newHeaderRules(l.Headers)
+		if lh.hsts != "" || lh.redirect != nil || len(lh.headers) > 0 {
 			if rt.byListener == nil {
 				rt.byListener = map[string]listenerHTTP{}
 			}

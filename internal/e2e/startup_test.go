@@ -102,6 +102,16 @@ func TestStartupRefusesUnstartableConfigs(t *testing.T) {
 				"reads the files again on every reload",
 			}
 		}, nil},
+		{"upload-without-token", func(t *testing.T, dir string) (string, []string) {
+			return listener + ok + "route \"/up/\" {\n  max_upload_bytes = 1048576\n  respond {}\n}\n", []string{
+				"gatehouse.hcl:10,", `route "/up/": max_upload_bytes`, "upload_token_sha256 lists none, so every larger upload would get 401",
+			}
+		}, nil},
+		{"error-page-missing", func(t *testing.T, dir string) (string, []string) {
+			return listener + ok + "error_page {\n  status = [404]\n  file = \"errors/404.html\"\n}\n", []string{
+				"gatehouse.hcl:11,", `error_page.file directory "` + filepath.Join(dir, "errors") + `": no such file or directory`,
+			}
+		}, nil},
 		{"admin-dir", func(t *testing.T, dir string) (string, []string) {
 			return listener + ok + "admin {\n  socket = \"run/gh/admin.sock\"\n}\n", []string{
 				"gatehouse.hcl:10,", `admin.socket "` + filepath.Join(dir, "run", "gh", "admin.sock") + `"`, "does not create it",
