@@ -10,6 +10,8 @@ Starts gatehouse, a Go net/http server and nginx on 127.0.0.1, each answering
               over plain and TLS, a proxied JSON API of 2 KB and 200 KB, and
               WebSocket echo over TLS; gatehouse as shipped (access log on
               and off) and tuned; requests/s, p99 and bytes/s
+  realprofile where gatehouse as shipped spends its time on the real site
+              mix and the 2 KB API (not run by default)
   idle        RSS per connection while 10 000 connections are held (before
               any request, and after one request each, the latter also
               against a warm baseline: taken after a first burst of as many
@@ -1265,6 +1267,11 @@ def main():
             sys.modules.setdefault("bench", sys.modules[__name__])
             import real
             real.phase_real(args, res, tmp, logdir, nethttp_bin)
+            save()
+        if "realprofile" in phases:
+            sys.modules.setdefault("bench", sys.modules[__name__])
+            import real
+            real.phase_realprofile(args, res, tmp, logdir, nethttp_bin)
             save()
         if "idle" in phases:
             phase_idle(args, servers, res)

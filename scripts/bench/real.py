@@ -23,6 +23,7 @@ medians and their ratios to net/http and nginx.
 import json
 import os
 import random
+import shutil
 import subprocess
 import time
 
@@ -304,8 +305,9 @@ def measure(args, s, kind, script):
     return wsload(args, s.tls_addr, args.duration)
 
 
-def phase_real(args, res, tmp, logdir, nethttp_bin):
-    out = res.setdefault("real", {})
+def setup(args, tmp, logdir):
+    """The certificate, the site, the wrk script, the clients and the
+    upstream (not started) both phases share."""
     cert = bench.make_cert(args.out)
     site = os.path.join(tmp, "site")
     os.makedirs(site, exist_ok=True)
@@ -313,8 +315,13 @@ def phase_real(args, res, tmp, logdir, nethttp_bin):
     script = lua_script(os.path.join(tmp, "site.lua"))
     args.wsload_bin = bench.build_go("./scripts/bench/wsload", os.path.join(tmp, "wsload"))
     up_bin = bench.build_go("./scripts/bench/upstream", os.path.join(tmp, "upstream"))
+    return cert, site, script, Upstream(args.port_base + 20, tmp, logdir, up_bin)
+
+
+def phase_real(args, res, tmp, logdir, nethttp_bin):
+    out = res.setdefault("real", {})
+    cert, site, script, up = setup(args, tmp, logdir)
     base = args.port_base + 20
-    up = Upstream(base, tmp, logdir, up_bin)
     names = args.servers.split(",")
     servers = []
     if "gatehouse" in names:
@@ -382,6 +389,47 @@ def phase_real(args, res, tmp, logdir, nethttp_bin):
     with open(os.path.join(args.out, "real.md"), "w") as f:
         f.write(table)
     bench.log("real-traffic summary:\n" + table)
+
+
+def phase_realprofile(args, res, tmp, logdir, nethttp_bin):
+    """Where gatehouse as shipped spends its time on the site mix (plain) and
+    the 2 KB API: CPU seconds per process and perf of the supervisor and the
+    workers under wrk -t2 -c64 for 12 s, and net/http's CPU under the same."""
+    prof = res.setdefault("real_profile", {})
+    if not shutil.which("perf"):
+        prof["error"] = "perf not installed"
+        return
+    cert, site, script, up = setup(args, tmp, logdir)
+    base = args.port_base + 20
+    gh = RealGatehouse("gatehouse-shipped", base + 1, tmp, logdir, args.gatehouse, site, up.addr, cert, False, True, args)
+    nh = RealNetHTTP(base + 7, tmp, logdir, nethttp_bin, site, up.addr, cert)
+    loads = {
+        "site-http": lambda s: ["wrk", "-t2", "-c%d" % args.real_conns, "-d12s", "-s", script, "http://%s/" % s.addr],
+        "api-2k": lambda s: ["wrk", "-t2", "-c%d" % args.real_conns, "-d12s", "http://%s/api/small" % s.addr],
+    }
+    up.start(args.nofile, "realprofile")
+    try:
+        for tag, argv in loads.items():
+            gh.start(args.nofile, "realprofile")
+            try:
+                perfs = bench.perf_under(args, gh, argv(gh), "real-" + tag, prof)
+            finally:
+                gh.stop()
+            bench.perf_reports(args, "real-" + tag, perfs, prof["real-" + tag])
+            nh.start(args.nofile, "realprofile")
+            try:
+                load = bench.spawn(argv(nh), stdout=subprocess.PIPE)
+                time.sleep(1)
+                c0 = bench.cpu_ticks(nh.main_pid())
+                time.sleep(8)
+                c1 = bench.cpu_ticks(nh.main_pid())
+                lout, _ = load.communicate(timeout=120)
+                prof["nethttp-" + tag] = {"cpu_seconds": (c1 - c0) / bench.CLK, "seconds": 8, "load_output": lout.decode()[-3000:]}
+                bench.log("nethttp %s: cpu seconds over 8 s: %.2f" % (tag, (c1 - c0) / bench.CLK))
+            finally:
+                nh.stop()
+    finally:
+        up.stop()
 
 
 def fmt(x, nd=0):
