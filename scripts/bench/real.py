@@ -533,17 +533,19 @@ def markdown(sm):
     lines.append("Stall check (a gatehouse p99 of 40 ms or more where net/http's is under 20 ms): %s." % (
         "; ".join(stalls) if stalls else "none"))
     lines.append("")
-    lines.append("| access log, as shipped | on | off | on / off |")
-    lines.append("|---|---:|---:|---:|")
+    lines.append("| access log, as shipped | on | off | on / off | CPU µs per request, on / off |")
+    lines.append("|---|---:|---:|---:|---:|")
     for kind in MEASURES:
         k = sm.get(kind) or {}
         if "access_log_on_over_off" in k:
-            lines.append("| %s | %s/s | %s/s | %.3f× |" % (LABEL[kind], fmt(k["gatehouse-shipped"]["rps"]),
-                                                          fmt(k["gatehouse-shipped-nolog"]["rps"]),
-                                                          k["access_log_on_over_off"] or 0))
+            on, off = k["gatehouse-shipped"], k["gatehouse-shipped-nolog"]
+            lines.append("| %s | %s/s | %s/s | %.3f× | %s / %s |" % (
+                LABEL[kind], fmt(on["rps"]), fmt(off["rps"]), k["access_log_on_over_off"] or 0,
+                fmt(on.get("cpu_us_per_request")), fmt(off.get("cpu_us_per_request"))))
     lines.append("")
-    lines.append("| CPU µs per request (server processes: main + children) | " + " | ".join(NAME[c] for c in cols) + " |")
-    lines.append("|---|" + "---:|" * len(cols))
+    lines.append("| CPU µs per request (server processes: main + children) | " + " | ".join(NAME[c] for c in cols) +
+                 " | as shipped / net/http |")
+    lines.append("|---|" + "---:|" * (len(cols) + 1))
     for kind in MEASURES:
         k = sm.get(kind) or {}
         cells = []
@@ -551,5 +553,6 @@ def markdown(sm):
             row = k.get(c) or {}
             cells.append("%s (main %s s, children %s s)" % (fmt(row.get("cpu_us_per_request")),
                                                            fmt(row.get("main_cpu_s"), 1), fmt(row.get("children_cpu_s"), 1)))
-        lines.append("| %s | %s |" % (LABEL.get(kind, kind), " | ".join(cells)))
+        a, b = (k.get("gatehouse-shipped") or {}).get("cpu_us_per_request"), (k.get("nethttp") or {}).get("cpu_us_per_request")
+        lines.append("| %s | %s | %s |" % (LABEL.get(kind, kind), " | ".join(cells), "%.2f×" % (a / b) if a and b else "-"))
     return "\n".join(lines) + "\n"
