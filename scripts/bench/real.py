@@ -281,6 +281,14 @@ http {
         return path
 
 
+def autogroup():
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return None
+
+
 def wsload(args, addr, duration):
     argv = [args.wsload_bin, "-addr", addr, "-tls", "-c", str(args.ws_conns), "-size", str(args.ws_size),
             "-d", "%ds" % duration]
@@ -348,6 +356,10 @@ def phase_real(args, res, tmp, logdir, nethttp_bin):
                    "(MaxIdleConnsPerHost 1024), GOMAXPROCS default",
         "nginx": "worker_processes auto, sendfile and tcp_nopush on, upstream keepalive 64, access_log off",
         "loadavg_start": open("/proc/loadavg").read().strip(),
+        # gatehouse's workers each start a session of their own: with autogroup
+        # on, a loaded machine gives its five processes five shares of the CPU
+        # where net/http's process and nginx's workers get one each
+        "sched_autogroup_enabled": autogroup(),
     }
     rows = out.setdefault("rows", [])
     up.start(args.nofile, "real")
