@@ -12,6 +12,8 @@ Starts gatehouse, a Go net/http server and nginx on 127.0.0.1, each answering
               and off) and tuned; requests/s, p99 and bytes/s
   realprofile where gatehouse as shipped spends its time on the real site
               mix and the 2 KB API (not run by default)
+  reallevers  the site mix against gatehouse as shipped with one default
+              changed at a time, the profile's levers (not run by default)
   idle        RSS per connection while 10 000 connections are held (before
               any request, and after one request each, the latter also
               against a warm baseline: taken after a first burst of as many
@@ -1272,6 +1274,11 @@ def main():
             sys.modules.setdefault("bench", sys.modules[__name__])
             import real
             real.phase_realprofile(args, res, tmp, logdir, nethttp_bin)
+            save()
+        if "reallevers" in phases:
+            sys.modules.setdefault("bench", sys.modules[__name__])
+            import real
+            real.phase_reallevers(args, res, tmp, logdir, nethttp_bin)
             save()
         if "idle" in phases:
             phase_idle(args, servers, res)

@@ -111,7 +111,8 @@ class RealGatehouse(bench.Server):
     probe_path = "/index.html"
     probe_ok = probe_index
 
-    def __init__(self, name, port, tmp, logdir, binary, site, upstream, cert, tuned, access_log, args):
+    def __init__(self, name, port, tmp, logdir, binary, site, upstream, cert, tuned, access_log, args,
+                 extra_conf="", static_extra=""):
         super().__init__(port, tmp, logdir)
         self.name, self.binary = name, os.path.abspath(binary)
         self.tls_addr = "127.0.0.1:%d" % (port + 1)
@@ -140,6 +141,7 @@ class RealGatehouse(bench.Server):
 }
 ''' % args.per_client_cap
             up_extra = "  max_connections = 1024\n"
+        extra += extra_conf
         log = 'log {\n  access_log_path = "%s"\n' % self.access_path if access_log else "log {\n  access_log = false\n"
         if tuned:
             log += '  level           = "warn"\n'
@@ -165,7 +167,7 @@ upstream "app" {
 route "/" {
   static {
     root = "%s"
-  }
+%s  }
 }
 route "/api/" {
   proxy {
@@ -179,7 +181,7 @@ route "/ws" {
   }
 }
 %s''' % ("tuned" if tuned else "as shipped", self.addr, self.tls_addr, cert[0], cert[1], extra,
-                   upstream, up_extra, site, log))
+                   upstream, up_extra, site, static_extra, log))
 
     def argv(self, nofile):
         return [self.binary, "-config", "gatehouse.hcl"], self.dir
@@ -442,6 +444,74 @@ def phase_realprofile(args, res, tmp, logdir, nethttp_bin):
                 nh.stop()
     finally:
         up.stop()
+
+
+# as shipped with one default changed each, for --phases reallevers
+LEVERS = [
+    ("as-shipped", "", ""),
+    ("concurrency-16", "workers {\n  concurrency = 16\n}\n", ""),
+    ("hot-window-50ms", 'workers {\n  hot_window = "50ms"\n}\n', ""),
+    ("precompressed-off", "", "    precompressed = false\n"),
+    ("all-three", 'workers {\n  concurrency = 16\n  hot_window  = "50ms"\n}\n', "    precompressed = false\n"),
+    # wrk is one address, held to a quarter of the pool (the per-client
+    # share); a trusted 127.0.0.1 has none, as many visitors together would
+    ("no-client-share", 'trusted_proxies = ["127.0.0.1/32"]\n', ""),
+    ("no-client-share-all-three", 'trusted_proxies = ["127.0.0.1/32"]\nworkers {\n  concurrency = 16\n'
+     '  hot_window  = "50ms"\n}\n', "    precompressed = false\n"),
+]
+
+
+def phase_reallevers(args, res, tmp, logdir, nethttp_bin):
+    """How much of the site mix's gap to net/http each of the profile's
+    levers closes: gatehouse as shipped with one default changed at a time
+    (workers.concurrency 16, hot_window 50ms, static precompressed off, no
+    per-client share for wrk's one address) and some together, against
+    net/http, plain keep-alive, interleaved rounds."""
+    out = res.setdefault("real_levers", {"rows": []})
+    cert, site, script, up = setup(args, tmp, logdir)
+    port = args.port_base + 40
+    servers = []
+    for name, conf, static in LEVERS:
+        servers.append(RealGatehouse("lever-" + name, port, tmp, logdir, args.gatehouse, site, up.addr, cert,
+                                     False, True, args, extra_conf=conf, static_extra=static))
+        port += 2
+    servers.append(RealNetHTTP(port, tmp, logdir, nethttp_bin, site, up.addr, cert))
+    up.start(args.nofile, "reallevers")
+    for s in servers:
+        s.start(args.nofile, "reallevers")
+    try:
+        for rnd in range(args.rounds):
+            for s in servers[rnd % len(servers):] + servers[:rnd % len(servers)]:
+                pid, kids = s.pids()
+                c0 = bench.cpu_ticks(pid) + sum(bench.cpu_ticks(k) for k in kids)
+                r = bench.wrk(s.addr, args.real_conns, args.duration, False, path="/", script=script)
+                pid2, kids2 = s.pids()
+                if pid2 == pid and kids2 == kids and r.get("requests"):
+                    c1 = bench.cpu_ticks(pid) + sum(bench.cpu_ticks(k) for k in kids2)
+                    r["cpu_us_per_request"] = (c1 - c0) * 1e6 / bench.CLK / r["requests"]
+                r.update(server=s.name, round=rnd, loadavg_before=bench.loadavg())
+                out["rows"].append(r)
+                bench.log("levers round %d %s: %s req/s, %s µs CPU a request, p99 %s ms" % (
+                    rnd, s.name, fmt(r.get("rps")), fmt(r.get("cpu_us_per_request")), r.get("p99_ms")))
+                time.sleep(1)
+    finally:
+        for s in servers:
+            s.stop()
+        up.stop()
+    rows = out["rows"]
+    nh_rps = m([r.get("rps") for r in rows if r["server"] == "nethttp"])
+    nh_cpu = m([r.get("cpu_us_per_request") for r in rows if r["server"] == "nethttp"])
+    lines = ["| site mix, plain | req/s | / net/http | CPU µs per request | / net/http |", "|---|---:|---:|---:|---:|"]
+    for s in servers:
+        rps = m([r.get("rps") for r in rows if r["server"] == s.name])
+        cpu = m([r.get("cpu_us_per_request") for r in rows if r["server"] == s.name])
+        out.setdefault("summary", {})[s.name] = {"rps": rps, "cpu_us_per_request": cpu,
+                                                 "vs_nethttp": ratio(rps, nh_rps), "cpu_vs_nethttp": ratio(cpu, nh_cpu)}
+        lines.append("| %s | %s | %.2f× | %s | %.2f× |" % (s.name, fmt(rps), ratio(rps, nh_rps) or 0, fmt(cpu),
+                                                        ratio(cpu, nh_cpu) or 0))
+    bench.log("levers:\n" + "\n".join(lines))
+    with open(os.path.join(args.out, "real-levers.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def fmt(x, nd=0):
