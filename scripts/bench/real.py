@@ -116,7 +116,6 @@ class RealGatehouse(bench.Server):
         super().__init__(port, tmp, logdir)
         self.name, self.binary = name, os.path.abspath(binary)
         self.tls_addr = "127.0.0.1:%d" % (port + 1)
-        self.tuned, self.access_log = tuned, access_log
         self.dir = os.path.join(tmp, "real-%s" % name)
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o755)
