@@ -6,6 +6,14 @@ Starts gatehouse, a Go net/http server and nginx on 127.0.0.1, each answering
 
   throughput  wrk -t2 -c{64,256,1000} -d{D}s --latency, keep-alive and
               Connection: close; requests/s, p50, p99
+  real        real traffic (real.py): a page and its assets of 1 KB to 1 MB
+              over plain and TLS, a proxied JSON API of 2 KB and 200 KB, and
+              WebSocket echo over TLS; gatehouse as shipped (access log on
+              and off) and tuned; requests/s, p99 and bytes/s
+  realprofile where gatehouse as shipped spends its time on the real site
+              mix and the 2 KB API (not run by default)
+  reallevers  the site mix against gatehouse as shipped with one default
+              changed at a time, the profile's levers (not run by default)
   idle        RSS per connection while 10 000 connections are held (before
               any request, and after one request each, the latter also
               against a warm baseline: taken after a first burst of as many
@@ -181,9 +189,9 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError("%s exited at start (status %s); see %s" % (self.name, self.proc.returncode, self.logfile))
             try:
-                with urllib.request.urlopen("%s://%s/" % (self.scheme, self.addr), timeout=1,
+                with urllib.request.urlopen("%s://%s%s" % (self.scheme, self.addr, self.probe_path), timeout=1,
                                             context=INSECURE if self.tls else None) as r:
-                    if r.status == 200 and r.read().decode() == BODY:
+                    if self.probe_ok(r.status, r.read()):
                         break
             except Exception:
                 pass
@@ -191,6 +199,12 @@ class Server:
                 raise RuntimeError("%s does not answer on %s; see %s" % (self.name, self.addr, self.logfile))
             time.sleep(0.1)
         time.sleep(0.5)
+
+    # the readiness probe: GET probe_path answered as probe_ok accepts
+    probe_path = "/"
+
+    def probe_ok(self, status, body):
+        return status == 200 and body == BODY.encode()
 
     def main_pid(self):
         # the shell wrapper execs, so the Popen pid is the server itself
@@ -420,13 +434,21 @@ def parse_dur(s):
     return float(m.group(1)) * UNIT[m.group(2)] if m else None
 
 
-def wrk(addr, conns, duration, close, scheme="http"):
+SIZE = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def wrk(addr, conns, duration, close, scheme="http", path="/", script=None):
+    """wrk -t2 on path (or the requests of a Lua script); requests/s, p50,
+    p99 and bytes/s of what it read."""
     argv = ["wrk", "-t2", "-c%d" % conns, "-d%ds" % duration, "--latency", "--timeout", "10s"]
     if close:
         argv += ["-H", "Connection: close"]
-    argv.append("%s://%s/" % (scheme, addr))
+    if script:
+        argv += ["-s", script]
+    argv.append("%s://%s%s" % (scheme, addr, path))
     out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60).stdout
-    r = {"rps": None, "p50_ms": None, "p99_ms": None, "non2xx": 0, "socket_errors": {}, "requests": None}
+    r = {"rps": None, "p50_ms": None, "p99_ms": None, "non2xx": 0, "socket_errors": {}, "requests": None,
+         "bytes_per_s": None}
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("Requests/sec:"):
@@ -440,6 +462,9 @@ def wrk(addr, conns, duration, close, scheme="http"):
         elif line.startswith("Socket errors:"):
             for k, v in re.findall(r"(\w+) (\d+)", line[len("Socket errors:"):]):
                 r["socket_errors"][k] = int(v)
+        elif line.startswith("Transfer/sec:"):
+            m = re.match(r"([\d.]+)([KMGT]?B)$", line.split()[1])
+            r["bytes_per_s"] = float(m.group(1)) * SIZE[m.group(2)] if m else None
         elif "requests in" in line:
             r["requests"] = int(line.split()[0])
     if r["rps"] is None:
@@ -1136,7 +1161,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--conns", default="64,256,1000")
-    ap.add_argument("--phases", default="throughput,costs,profile,idle,attack,distributed,tls,tlsprofile,ipc")
+    ap.add_argument("--phases", default="throughput,real,costs,profile,idle,attack,distributed,tls,tlsprofile,ipc")
     ap.add_argument("--compare-default-workers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure keep-alive throughput with gatehouse's default workers (4x8)")
     ap.add_argument("--nofile", type=int, default=0, help="servers' generous descriptor limit (default: hard limit)")
@@ -1155,6 +1180,10 @@ def main():
                     help="idle TLS connections held (gatehouse's workers keep at most 4096 TLS sessions each)")
     ap.add_argument("--tls-idle-rounds", type=int, default=3)
     ap.add_argument("--tls-idle-cpu-seconds", type=int, default=3)
+    ap.add_argument("--real-conns", type=int, default=64, help="wrk connections of the real-traffic phase")
+    ap.add_argument("--ws-conns", type=int, default=16,
+                    help="WebSocket connections of the real-traffic phase (gatehouse's default streams per client: 16)")
+    ap.add_argument("--ws-size", type=int, default=1024, help="WebSocket message size, bytes")
     ap.add_argument("--ipc-benchtime", default="2s")
     ap.add_argument("--port-base", type=int, default=18081)
     ap.add_argument("--servers", default="gatehouse,nethttp,nginx", help="which servers to measure")
@@ -1234,6 +1263,22 @@ def main():
                 tp = tp_servers + [g2]
                 res["config"]["ports"][g2.name] = g2.port
             phase_throughput(args, tp, res)
+            save()
+        if "real" in phases:
+            # real.py imports this module as bench: the same one, not a second copy
+            sys.modules.setdefault("bench", sys.modules[__name__])
+            import real
+            real.phase_real(args, res, tmp, logdir, nethttp_bin)
+            save()
+        if "realprofile" in phases:
+            sys.modules.setdefault("bench", sys.modules[__name__])
+            import real
+            real.phase_realprofile(args, res, tmp, logdir, nethttp_bin)
+            save()
+        if "reallevers" in phases:
+            sys.modules.setdefault("bench", sys.modules[__name__])
+            import real
+            real.phase_reallevers(args, res, tmp, logdir, nethttp_bin)
             save()
         if "idle" in phases:
             phase_idle(args, servers, res)

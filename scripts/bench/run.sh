@@ -3,8 +3,9 @@
 #
 # Installs wrk, nginx and slowhttptest when missing (Debian packages; needs
 # root), raises the descriptor limit, then runs bench.py: gatehouse, a Go
-# net/http server and nginx on 127.0.0.1:18081-18084, measured interleaved;
-# then the slowloris acceptance script; then draws the charts.
+# net/http server and nginx on 127.0.0.1:18081-18110 (the real-traffic
+# phase from 18101), measured interleaved; then the slowloris acceptance
+# script; then draws the charts.
 #
 # Results: scripts/bench/results/<UTC time>/ (results.json, slowloris.jsonl,
 # logs/), and docs/bench/{results.json,latency.svg,attack.svg}.
