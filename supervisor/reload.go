@@ -137,6 +137,9 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
 	now := time.Now()
 	keys, err := buildKeyring(cfg, s.keys, &s.account, now)
+	if err == nil {
+		err = checkHello(cfg, keys)
+	}
 	if err != nil {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return nil, err

@@ -206,6 +206,10 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 		return nil, err
 	}
 	s.keys = s.boot.keys
+	if err = checkHello(cfg, s.keys); err != nil {
+		s.closeEarly()
+		return nil, err
+	}
 	// Opened as the listeners: the workers' account, and the supervisor's
 	// once privileges drop, may not search the directories above a root.
 	if s.heldRoots, err = openRoots(cfg); err != nil {

@@ -1,14 +1,18 @@
 package supervisor
 
 import (
+	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
+	gproto "google.golang.org/protobuf/proto"
 )
 
 const (
@@ -88,17 +92,7 @@ func (d *dispatcher) spawned(m spawn.Started, now time.Time) {
 	}
 	cfg := w.spec.cfg
 	w.keys = d.keys
-	d.send(w, &proto.Frame{Body: &proto.Frame_Hello{Hello: &proto.Hello{
-		WorkerId:     uint32(w.slot),
-		Config:       cfg.Source,
-		ConfigName:   cfg.Filename,
-		Concurrency:  uint32(cfg.Workers.Concurrency),
-		Threads:      uint32(cfg.Workers.ThreadsFor(runtime.GOMAXPROCS(0))),
-		BaseDir:      cfg.BaseDir,
-		Certificates: w.keys.hello(),
-		TicketKeys:   d.tickets.keys,
-		Htpasswd:     htpasswdFiles(cfg),
-	}}}, -1)
+	d.send(w, helloFrame(w.slot, cfg, w.keys, d.tickets.keys), -1)
 	if cfg.Log.AccessLog {
 		d.sendAccessLog(w)
 	}
@@ -302,4 +296,37 @@ func layerSummary(layers []*proto.SandboxLayer) string {
 		s += mark + l.GetName()
 	}
 	return s
+}
+
+// helloFrame is the Hello a worker in slot gets: everything it serves from.
+func helloFrame(slot int, cfg *config.Config, keys *keyring, tickets [][]byte) *proto.Frame {
+	return &proto.Frame{Body: &proto.Frame_Hello{Hello: &proto.Hello{
+		WorkerId:     uint32(slot),
+		Config:       cfg.Source,
+		ConfigName:   cfg.Filename,
+		Concurrency:  uint32(cfg.Workers.Concurrency),
+		Threads:      uint32(cfg.Workers.ThreadsFor(runtime.GOMAXPROCS(0))),
+		BaseDir:      cfg.BaseDir,
+		Certificates: keys.hello(),
+		TicketKeys:   tickets,
+		Htpasswd:     htpasswdFiles(cfg),
+	}}}
+}
+
+// ErrHelloTooLarge is returned by New, and fails a reload, when the
+// configuration, its certificate chains and htpasswd entries do not fit in
+// the one frame that hands them to a worker: every worker would be refused
+// its start.
+var ErrHelloTooLarge = errors.New("supervisor: the configuration does not fit in a worker's Hello")
+
+// checkHello refuses a configuration whose Hello would not fit in a frame,
+// counting two full-size session ticket keys and the largest slot number.
+func checkHello(cfg *config.Config, keys *keyring) error {
+	tickets := [][]byte{make([]byte, 32), make([]byte, 32)}
+	f := helloFrame(1<<16, cfg, keys, tickets)
+	if n := gproto.Size(f); n > ipc.MaxFrameSize {
+		return fmt.Errorf("%w: the configuration file (%d bytes), its certificate chains and htpasswd entries make %d bytes, over the %d a frame holds; "+
+			"shorten the file, the chains or the htpasswd files", ErrHelloTooLarge, len(cfg.Source), n, ipc.MaxFrameSize)
+	}
+	return nil
 }

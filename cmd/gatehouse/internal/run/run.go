@@ -150,7 +150,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 		switch {
 		case errors.Is(err, supervisor.ErrBind):
 			return fail(ExitBind, err)
-		case errors.Is(err, supervisor.ErrCertificates):
+		case errors.Is(err, supervisor.ErrCertificates), errors.Is(err, supervisor.ErrHelloTooLarge):
 			return fail(ExitConfig, err)
 		}
 		return fail(ExitError, err)
