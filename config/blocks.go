@@ -35,6 +35,7 @@ var (
 			{Type: "log"},
 			{Type: "streams"},
 			{Type: "error_page"},
+			{Type: "cluster"},
 		},
 	}
 	streamsSchema = &hcl.BodySchema{
@@ -182,6 +183,9 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 	intAttr(d, content.Attributes, "rate_limit_entries", "rate_limit_entries", 1, 10000000, &cfg.RateLimitEntries)
 	if b := d.single(blocks, "cors"); b != nil {
 		cfg.CORS = d.cors(b)
+	}
+	if b := d.single(blocks, "cluster"); b != nil {
+		cfg.Cluster = d.cluster(b, cfg.BaseDir)
 	}
 	if b := d.single(blocks, "admin"); b != nil {
 		d.admin(b, &cfg.Admin, cfg.BaseDir)

@@ -58,6 +58,9 @@ type Config struct {
 	// RateLimitEntries bounds the rate limiter's table of buckets
 	// (1..10000000, default 100000); the least recently used is evicted.
 	RateLimitEntries int
+	// Cluster, when set, names the store several instances share ticket
+	// keys, rate limits and penalties through (nil: all state in process).
+	Cluster *Cluster
 	// Warnings are the problems found that do not stop the file from
 	// loading, such as an expired certificate, one
 	// "file:line,col-col: warning: Summary; Detail" line each.
