@@ -96,6 +96,9 @@ func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
 	for _, e := range snap.CertificateErrors {
 		st.CertificateErrors = append(st.CertificateErrors, adminapi.CertificateError{Listener: e.Listener, Name: e.Name, Error: e.Error, Kept: e.Kept, Since: e.Since})
 	}
+	if c := snap.Cluster; c != nil {
+		st.Cluster = &adminapi.Cluster{Instance: c.Instance, Address: c.Address, Up: c.Up, Since: c.Since, Error: c.Error, SharedTickets: c.SharedTickets}
+	}
 	st.Privileges = s.privileges()
 	return st
 }

@@ -113,6 +113,9 @@ func (d *dispatcher) connsLost(w *workerProc, reason string, held []lostConn, no
 		if d.penalties.Strike(h.client, now) {
 			d.log.Warn("client refused: it had connections at dying workers too often",
 				"client", d.logClient(h.client), "deaths", d.penalties.Threshold(), "within", limits.PenaltyWindow, "refused_for", d.penalties.Duration())
+			if d.store != nil {
+				d.store.Penalize(h.client, d.penalties.Duration())
+			}
 		}
 	}
 	args := []any{"worker", w.slot, "pid", w.pid, "reason", reason, "connections", strings.Join(names, ", ")}

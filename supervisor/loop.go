@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
@@ -119,6 +120,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	consider(d.acceptPause)
 	consider(d.upstreams.Deadline())
 	consider(d.ticketDeadline())
+	consider(d.ratePending.Deadline())
 	consider(d.keeperDeadline())
 	for _, w := range d.workers {
 		if w.state == workerDead && w.exited {
@@ -172,6 +174,12 @@ func (d *dispatcher) message(m any, now time.Time) {
 		m(d)
 	case statsRendered:
 		d.statsDone(m)
+	case cluster.RateResult:
+		d.rateStored(m)
+	case cluster.Penalty:
+		d.penaltyShared(m, now)
+	case cluster.State:
+		d.storeState(m, now)
 	}
 }
 
@@ -184,6 +192,7 @@ func (d *dispatcher) expire(now time.Time) {
 		d.closeConn(c)
 	}
 	d.expireHeads(now)
+	d.ratePending.Expire(now, d.rateUnanswered)
 	d.expireBodies(now)
 	for c := d.idleTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.idleTimers.first() {
 		d.c.timeoutIdle++
@@ -330,6 +339,9 @@ func (d *dispatcher) teardown() {
 			w.ch.Close()
 			w.ch = nil
 		}
+	}
+	if d.store != nil {
+		d.store.Close()
 	}
 	d.log.Info("stopped")
 }

@@ -188,6 +188,13 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(desc("stress_mode", "1 while admission is in stress mode (shortened first-byte and head timeouts)."), prometheus.GaugeValue, stress)
 	emit(desc("first_byte_timeout_seconds", "The first-byte timeout in force."), prometheus.GaugeValue, s.FirstByteTimeout.Seconds())
 	emit(desc("head_timeout_seconds", "The request head deadline in force."), prometheus.GaugeValue, s.HeadTimeout.Seconds())
+	if c := s.Cluster; c != nil {
+		up := 0.0
+		if c.Up {
+			up = 1
+		}
+		emit(desc("cluster_store_up", "1 while the cluster store is reachable and rate limits and penalties are shared; 0 while each instance decides alone.", "instance"), prometheus.GaugeValue, up, c.Instance)
+	}
 	emit(desc("rate_limit_buckets", "Rate limit buckets held (bounded by rate_limit_entries)."), prometheus.GaugeValue, float64(s.RateLimitBuckets))
 	conns := desc("connections", "Open connections, by state.", "state")
 	for _, st := range stateNames {

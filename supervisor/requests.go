@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"golang.org/x/sys/unix"
 )
@@ -23,9 +25,22 @@ const maxForwardedFor = 32
 
 // rateCheck charges a request on c to a rate limit class. The key charged is
 // one the dispatcher derived itself (rateKey), never one the worker names.
+// The local bucket is always charged: it counts this instance's requests
+// only, so it refuses only what the shared bucket would refuse too, and it
+// is up to date the moment the store goes away. What it allows, the cluster
+// store decides when there is one (askStore).
 func (d *dispatcher) rateCheck(w *workerProc, id uint64, c *conn, class string, now time.Time) {
 	rl := d.cfg.RateLimitByName(class)
-	ok, wait := d.limiter.Take(d.rateKey(c), rl, now)
+	key := d.rateKey(c)
+	ok, wait := d.limiter.Take(key, rl, now)
+	if ok && d.askStore(w, id, key, rl, now) {
+		return // the worker's slot is held until the answer
+	}
+	d.rateAnswer(w, id, ok, wait)
+}
+
+// rateAnswer answers a worker's RateCheck.
+func (d *dispatcher) rateAnswer(w *workerProc, id uint64, ok bool, wait time.Duration) {
 	if !ok {
 		d.c.rateLimited++
 	}
@@ -122,4 +137,98 @@ func (d *dispatcher) forwardedClient(values []string, peer netip.Addr) netip.Add
 		}
 	}
 	return peer
+}
+
+// The cluster store (supervisor/cluster). The loop never waits for it: a
+// rate check is queued to the store's goroutines and its worker answered
+// when the result is posted back, or after cluster.store_timeout from the
+// local bucket, whichever comes first.
+
+// pendingRate is a rate check waiting for the store: the worker (by slot
+// and process generation, so a late answer for a process that died is
+// dropped) and the request's frame id.
+type pendingRate struct {
+	slot int
+	gen  uint64
+	id   uint64
+}
+
+// askStore queues a check the local bucket allowed to the store and
+// reports whether it did; when it did not (no store, store down, queue
+// full) the local decision stands.
+func (d *dispatcher) askStore(w *workerProc, id uint64, key netip.Addr, rl *config.RateLimit, now time.Time) bool {
+	if d.store == nil {
+		return false
+	}
+	if d.storeUp {
+		token := d.ratePending.Add(pendingRate{slot: w.slot, gen: w.gen, id: id}, now)
+		if d.store.Rate(cluster.RateReq{Token: token, Class: rl.Name, Client: key.String(), Interval: rl.Per / time.Duration(rl.Rate), Burst: rl.Burst}) {
+			return true
+		}
+		d.ratePending.Take(token)
+	}
+	d.c.rateStoreLocal++
+	return false
+}
+
+// rateStored answers the check the store decided, unless its timeout
+// answered it already.
+func (d *dispatcher) rateStored(m cluster.RateResult) {
+	p, ok := d.ratePending.Take(m.Token)
+	if !ok {
+		return
+	}
+	w := d.workerFor(p.slot, p.gen)
+	if w == nil || w.ch == nil {
+		return
+	}
+	if m.Err != nil {
+		d.c.rateStoreErrors++
+		d.rateAnswer(w, p.id, true, 0) // the local bucket allowed it
+		return
+	}
+	d.c.rateStored++
+	d.rateAnswer(w, p.id, m.Allowed, m.RetryAfter)
+}
+
+// rateUnanswered answers a check the store did not decide within
+// store_timeout (or before it went down) as the local bucket did: allowed.
+func (d *dispatcher) rateUnanswered(p pendingRate) {
+	d.c.rateStoreTimeouts++
+	if w := d.workerFor(p.slot, p.gen); w != nil && w.ch != nil {
+		d.rateAnswer(w, p.id, true, 0)
+	}
+}
+
+// penaltyShared refuses a client another instance penalized.
+func (d *dispatcher) penaltyShared(m cluster.Penalty, now time.Time) {
+	key := limits.ClientKey(m.Client, d.cfg.IPv6ClientPrefixLength)
+	if d.penalties.Impose(key, now.Add(m.Remaining), now) {
+		d.log.Warn("client refused: penalized by another instance", "client", d.logClient(key), "instance", m.From, "refused_for", m.Remaining.Round(time.Second))
+	}
+}
+
+// storeState follows the link's state; each change is posted, and so
+// logged, once. While the store is down every decision is this instance's
+// own, and the checks waiting for it are answered at once.
+func (d *dispatcher) storeState(m cluster.State, now time.Time) {
+	if m.Up == d.storeUp && (m.Up || d.storeErr != "") {
+		return
+	}
+	d.storeUp, d.storeErr, d.storeSince = m.Up, m.Err, now
+	if m.Up {
+		d.log.Info("cluster store reachable: rate limits and penalties are shared", "store", d.store.Address(), "instance", d.store.Instance())
+		return
+	}
+	d.log.Warn("cluster store unreachable: rate limits and penalties are this instance's own until it is back", "store", d.store.Address(), "error", m.Err)
+	d.ratePending.Expire(now.Add(time.Hour), d.rateUnanswered)
+}
+
+// clusterSnapshot adds the link's state to s.
+func (d *dispatcher) clusterSnapshot(s *Snapshot) {
+	if d.store == nil {
+		return
+	}
+	s.Cluster = &ClusterInfo{Instance: d.store.Instance(), Address: d.store.Address(), Up: d.storeUp, Since: d.storeSince, Error: d.storeErr, SharedTickets: d.store.SharesTickets()}
+	s.Counters["client_penalties_shared"] = d.penalties.Imported()
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
@@ -134,6 +135,19 @@ type broker struct {
 	// connection at a worker (rateKey), when it differs from the proxy's
 	// own.
 	rateKeys map[uint64]netip.Addr
+	storeLink
+}
+
+// storeLink is the loop's side of the cluster store (supervisor/cluster):
+// the link's state as last posted and the rate checks waiting for the
+// store's answer. Without a cluster block store is nil and every decision
+// is local.
+type storeLink struct {
+	store       *cluster.Store
+	storeUp     bool
+	storeErr    string
+	storeSince  time.Time
+	ratePending *cluster.Pending[pendingRate]
 }
 
 func newDispatcher(s *Supervisor) (*dispatcher, error) {
@@ -164,6 +178,10 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		},
 		broker: broker{
 			limiter: limits.NewLimiter(boot.cfg.RateLimitEntries),
+			storeLink: storeLink{
+				ratePending: cluster.NewPending[pendingRate](0),
+				storeSince:  time.Now(),
+			},
 		},
 		c: counters{
 			refused: make(map[string]uint64),
@@ -183,6 +201,13 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	d.armListeners(true)
 	d.upstreams = upstream.New(d.log, s.post)
 	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
+	if c := d.cfg.Cluster; c != nil {
+		store, err := cluster.Start(c, d.log.Named("cluster"), s.post)
+		if err != nil {
+			return nil, err
+		}
+		d.store, d.ratePending = store, cluster.NewPending[pendingRate](c.StoreTimeout)
+	}
 	for i := 0; i < d.cfg.Workers.Count; i++ {
 		d.workers = append(d.workers, d.newWorker())
 	}

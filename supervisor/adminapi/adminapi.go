@@ -106,6 +106,25 @@ type Status struct {
 	// CertificateErrors are the certificates the last reload could not
 	// load; each stays listed until a reload loads it.
 	CertificateErrors []CertificateError `json:"certificate_errors,omitempty"`
+	// Cluster is the shared store's link, absent without a cluster block.
+	Cluster *Cluster `json:"cluster,omitempty"`
+}
+
+// Cluster is the link to the store several instances share rate limits,
+// penalties and ticket keys through.
+type Cluster struct {
+	Instance string `json:"instance"`
+	Address  string `json:"address"`
+	// Up is false while the store is unreachable: every decision is then
+	// this instance's own.
+	Up bool `json:"up"`
+	// Since is when Up last changed (or the link started).
+	Since time.Time `json:"since"`
+	// Error is why the store is down ("" when up).
+	Error string `json:"error,omitempty"`
+	// SharedTickets is true when TLS session ticket keys come from the
+	// store (cluster.secret_file set).
+	SharedTickets bool `json:"shared_tickets"`
 }
 
 // CertificateError is a certificate a reload could not load.

@@ -25,8 +25,10 @@ type PenaltyBox struct {
 	entries   map[netip.Addr]*list.Element
 	// lru holds the *penaltyEntry values, most recently struck in front.
 	lru *list.List
-	// penalties counts the keys penalized, since start.
+	// penalties counts the keys penalized, since start; imported those
+	// another instance penalized (Impose).
 	penalties uint64
+	imported  uint64
 }
 
 // penaltyEntry is one client key's recent deaths and penalty.
@@ -84,6 +86,38 @@ func (b *PenaltyBox) Strike(key netip.Addr, now time.Time) bool {
 	b.penalties++
 	return true
 }
+
+// Impose refuses key until until, a penalty another instance sharing the
+// cluster store imposed. It reports whether this lengthened the key's
+// penalty; penalties off (threshold 0) refuse no one.
+func (b *PenaltyBox) Impose(key netip.Addr, until, now time.Time) bool {
+	if b.threshold == 0 || !until.After(now) {
+		return false
+	}
+	var e *penaltyEntry
+	if el := b.entries[key]; el != nil {
+		b.lru.MoveToFront(el)
+		e = el.Value.(*penaltyEntry)
+	} else {
+		if len(b.entries) >= b.max {
+			b.remove(b.lru.Back())
+		}
+		e = &penaltyEntry{key: key}
+		b.entries[key] = b.lru.PushFront(e)
+	}
+	if !until.After(e.until) {
+		return false
+	}
+	if !now.Before(e.until) {
+		b.imported++
+	}
+	e.until = until
+	e.deaths = nil
+	return true
+}
+
+// Imported counts the penalties taken from other instances since start.
+func (b *PenaltyBox) Imported() uint64 { return b.imported }
 
 // Penalized reports whether key is refused now, counting the refusal.
 func (b *PenaltyBox) Penalized(key netip.Addr, now time.Time) bool {

@@ -86,3 +86,27 @@ func TestPenaltyBoxBounded(t *testing.T) {
 		t.Error("threshold 0 penalized")
 	}
 }
+
+// A penalty imposed by another instance refuses the key here until its end,
+// and never shortens one in force.
+func TestPenaltyBoxImpose(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	a := netip.MustParseAddr("192.0.2.7")
+	box := NewPenaltyBox(3, time.Minute, 100)
+	if !box.Impose(a, t0.Add(30*time.Second), t0) || !box.Penalized(a, t0.Add(29*time.Second)) || box.Penalized(a, t0.Add(30*time.Second)) {
+		t.Fatal("an imposed penalty did not refuse the key for its span")
+	}
+	if box.Impose(a, t0.Add(10*time.Second), t0) {
+		t.Error("a shorter penalty replaced a longer one")
+	}
+	if box.Impose(a, t0, t0) {
+		t.Error("a penalty already over was imposed")
+	}
+	if box.Imported() != 1 || box.Penalties() != 0 {
+		t.Errorf("Imported %d, Penalties %d", box.Imported(), box.Penalties())
+	}
+	off := NewPenaltyBox(0, time.Minute, 100)
+	if off.Impose(a, t0.Add(time.Minute), t0) || off.Penalized(a, t0) {
+		t.Error("penalties off, yet an imposed one refused the key")
+	}
+}

@@ -268,6 +268,18 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 		fmt.Fprintf(tw, "certificate\t%s/%s: RELOAD FAILED since %s (%s): %s\n", safe(e.Listener), safe(e.Name),
 			e.Since.UTC().Format(time.RFC3339), kept, safe(e.Error))
 	}
+	if c := s.Cluster; c != nil {
+		link := "up: rate limits and penalties shared"
+		if !c.Up {
+			link = "DOWN (" + safe(c.Error) + "): rate limits and penalties are this instance's own"
+		}
+		tickets := "per instance"
+		if c.SharedTickets {
+			tickets = "shared"
+		}
+		fmt.Fprintf(tw, "cluster	instance %s, store %s %s since %s; ticket keys %s\n", safe(c.Instance), safe(c.Address), link,
+			c.Since.UTC().Format(time.RFC3339), tickets)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

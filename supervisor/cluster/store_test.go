@@ -1,0 +1,186 @@
+package cluster
+
+import (
+	"net"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/hashicorp/go-hclog"
+)
+
+// redisServer is a redis-server on a loopback port, in a temporary
+// directory, persisting nothing.
+type redisServer struct {
+	t    *testing.T
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// startRedis starts a redis-server, or skips the test without one.
+func startRedis(t *testing.T) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed (Debian package redis-server): the cluster store tests need one")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	r := &redisServer{t: t, port: port, dir: t.TempDir()}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+func (r *redisServer) start() {
+	r.t.Helper()
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir)
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		if c, err := net.Dial("tcp", r.addr()); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.t.Fatal("redis-server did not listen within 2s")
+}
+
+func (r *redisServer) stop() {
+	if r.cmd != nil {
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+// testStore starts a Store named instance on r whose posts arrive on the
+// returned channel.
+func testStore(t *testing.T, r *redisServer, instance string) (*Store, chan any) {
+	t.Helper()
+	msgs := make(chan any, 1024)
+	s, err := Start(&config.Cluster{Address: r.addr(), KeyPrefix: "test:", Instance: instance, StoreTimeout: config.DefaultStoreTimeout},
+		hclog.NewNullLogger(), func(m any) { msgs <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	waitFor(t, msgs, func(m any) bool { st, ok := m.(State); return ok && st.Up })
+	return s, msgs
+}
+
+// waitFor returns the first message on msgs that match accepts, failing the
+// test after 10 s.
+func waitFor(t *testing.T, msgs chan any, match func(any) bool) any {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-msgs:
+			if match(m) {
+				return m
+			}
+		case <-deadline:
+			t.Fatal("no matching message within 10s")
+		}
+	}
+}
+
+func rate(t *testing.T, s *Store, msgs chan any, token uint64, client string) RateResult {
+	t.Helper()
+	if !s.Rate(RateReq{Token: token, Class: "login", Client: client, Interval: 20 * time.Second, Burst: 3}) {
+		t.Fatal("Rate refused a request while the store is up")
+	}
+	res := waitFor(t, msgs, func(m any) bool { r, ok := m.(RateResult); return ok && r.Token == token }).(RateResult)
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	return res
+}
+
+// One bucket for two instances: a burst of 3 spent across both, then both
+// refuse with the time until the next token.
+func TestRateShared(t *testing.T) {
+	r := startRedis(t)
+	a, am := testStore(t, r, "a")
+	b, bm := testStore(t, r, "b")
+	for i, want := range []bool{true, true, true, false} {
+		s, m := a, am
+		if i%2 == 1 {
+			s, m = b, bm
+		}
+		if got := rate(t, s, m, uint64(i+1), "192.0.2.1"); got.Allowed != want {
+			t.Fatalf("request %d: allowed %v, want %v", i, got.Allowed, want)
+		}
+	}
+	got := rate(t, a, am, 10, "192.0.2.1")
+	if got.Allowed || got.RetryAfter < 19*time.Second || got.RetryAfter > 20*time.Second {
+		t.Fatalf("over the limit: %+v, want refused with about 20s to wait", got)
+	}
+	if !rate(t, b, bm, 11, "192.0.2.2").Allowed {
+		t.Fatal("another client was refused")
+	}
+}
+
+// A penalty from one instance reaches another at once, and one that
+// connects later reads it from the store.
+func TestPenaltyShared(t *testing.T) {
+	r := startRedis(t)
+	a, _ := testStore(t, r, "a")
+	_, bm := testStore(t, r, "b")
+	client := netip.MustParseAddr("192.0.2.9")
+	a.Penalize(client, time.Minute)
+	p := waitFor(t, bm, func(m any) bool { _, ok := m.(Penalty); return ok }).(Penalty)
+	if p.Client != client || p.From != "a" || p.Remaining <= 50*time.Second || p.Remaining > time.Minute {
+		t.Fatalf("b got %+v", p)
+	}
+	msgs := make(chan any, 1024)
+	c, err := Start(&config.Cluster{Address: r.addr(), KeyPrefix: "test:", Instance: "c2"}, hclog.NewNullLogger(), func(m any) { msgs <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p = waitFor(t, msgs, func(m any) bool { _, ok := m.(Penalty); return ok }).(Penalty)
+	if p.Client != client || p.From != "a" {
+		t.Fatalf("an instance connecting later got %+v", p)
+	}
+}
+
+// A store that goes away is reported down once and refused locally at
+// once; it is reported up again when it is back.
+func TestStoreDownAndBack(t *testing.T) {
+	r := startRedis(t)
+	s, msgs := testStore(t, r, "a")
+	r.stop()
+	st := waitFor(t, msgs, func(m any) bool { _, ok := m.(State); return ok }).(State)
+	if st.Up || st.Err == "" {
+		t.Fatalf("after the store stopped: %+v", st)
+	}
+	if s.Rate(RateReq{Token: 1, Class: "x", Client: "192.0.2.1", Interval: time.Second, Burst: 1}) {
+		t.Fatal("Rate queued a request while the store is down")
+	}
+	// Backoff retries while it is down post nothing more.
+	select {
+	case m := <-msgs:
+		if st, ok := m.(State); ok {
+			t.Fatalf("a second state while down: %+v", st)
+		}
+	case <-time.After(500 * time.Millisecond):
+	}
+	r.start()
+	waitFor(t, msgs, func(m any) bool { st, ok := m.(State); return ok && st.Up })
+	if !s.Up() {
+		t.Fatal("Up() false after the store came back")
+	}
+}
