@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor"
+)
+
+// Several instances sharing one store (issue 31): two supervisors in this
+// process, each with its own workers, and a real redis-server on a
+// loopback port.
+
+// redisServer is a redis-server on a loopback port in a temporary
+// directory, persisting nothing; it can be stopped and started again on
+// the same port.
+type redisServer struct {
+	t    testing.TB
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// startRedis starts a redis-server, or skips the test without one.
+func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed (Debian package redis-server; .ci/run installs it): the cluster tests need one")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	r := &redisServer{t: t, port: port, dir: t.TempDir()}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+func (r *redisServer) start() {
+	r.t.Helper()
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir)
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		if c, err := net.Dial("tcp", r.addr()); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.t.Fatal("redis-server did not listen within 2s")
+}
+
+func (r *redisServer) stop() {
+	if r.cmd != nil {
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+// clusterBlock is the cluster block naming r for instance name; extra goes
+// inside it.
+func clusterBlock(r *redisServer, name, extra string) string {
+	return fmt.Sprintf(`
+cluster {
+  address  = "%s"
+  instance = "%s"
+  key_prefix = "e2e:"
+  store_timeout = "50ms"
+%s}
+`, r.addr(), name, extra)
+}
+
+// storeUp waits until h's link to the store is up (or down, want false).
+func (h *harness) storeUp(want bool) supervisor.Snapshot {
+	h.t.Helper()
+	return h.waitFor(fmt.Sprintf("cluster store up=%v", want), 20*time.Second, func(s supervisor.Snapshot) bool {
+		return s.Cluster != nil && s.Cluster.Up == want
+	})
+}
+
+// A client limited on instance A is limited on B: the burst of 5 is spent
+// across both, and then both answer 429.
+func TestClusterRateLimit(t *testing.T) {
+	r := startRedis(t)
+	a := start(t, rateConfig(clusterBlock(r, "a", "")))
+	b := start(t, rateConfig(clusterBlock(r, "b", "")))
+	a.storeUp(true)
+	b.storeUp(true)
+	ca, cb := newClient(t, "127.0.0.2", a.addr), newClient(t, "127.0.0.2", b.addr)
+	expectStatuses(t, ca, "/login", nil, 200, 200, 200)
+	expectStatuses(t, cb, "/login", nil, 200, 200, 429)
+	expectStatuses(t, ca, "/login", nil, 429)
+	// Another client is not charged.
+	expectStatuses(t, newClient(t, "127.0.0.3", b.addr), "/login", nil, 200)
+	for _, h := range []*harness{a, b} {
+		if n := h.snapshot().Counters["rate_store_decisions"]; n < 3 {
+			t.Errorf("rate_store_decisions = %d, want every check decided by the store", n)
+		}
+	}
+}
+
+// A client penalized on instance A is refused on B for the rest of its
+// penalty.
+func TestClusterPenalty(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the strict sandbox is checked when started as root")
+	}
+	r := startRedis(t)
+	a := start(t, attackConfig+clusterBlock(r, "a", ""))
+	b := start(t, attackConfig+clusterBlock(r, "b", ""))
+	a.expectDeaths(3)
+	a.storeUp(true)
+	b.storeUp(true)
+	for i := 0; i < 3; i++ {
+		a.waitFor("both workers ready", 20*time.Second, settled(2))
+		attackKills(t, a, "127.0.0.2", i)
+		a.deathsReach(uint64(i + 1))
+	}
+	pa := a.snapshot().Client("127.0.0.2").Penalty
+	if pa <= 0 {
+		t.Fatal("not penalized on A after 3 deaths")
+	}
+	s := b.waitFor("the penalty shared with B", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
+	if pb := s.Client("127.0.0.2").Penalty; pb > pa+time.Second {
+		t.Errorf("B refuses for %v, longer than what remains on A (%v)", pb, pa)
+	}
+	c := dialFrom(t, "127.0.0.2", b.addr)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+	if n, err := c.Read(make([]byte, 64)); err == nil {
+		t.Errorf("B answered the client penalized on A (%d bytes)", n)
+	}
+	c.Close()
+	expectStatuses(t, newClient(t, "127.0.0.3", b.addr), "/ok", nil, 200)
+	if n := s.Counters["client_penalties_shared"]; n != 1 {
+		t.Errorf("client_penalties_shared on B = %d, want 1", n)
+	}
+}
+
+// The store killed in the middle of load: no request fails, every instance
+// falls back to its own buckets (and says so once), and limits are shared
+// again once the store is back.
+func TestClusterStoreKilled(t *testing.T) {
+	r := startRedis(t)
+	cfg := func(name string) string {
+		return rateConfig(clusterBlock(r, name, "") + `
+rate_limit "api" {
+  prefix = "/ok"
+  rate   = 1000000
+  per    = "1s"
+  burst  = 1000000
+}
+`)
+	}
+	a, b := start(t, cfg("a")), start(t, cfg("b"))
+	a.storeUp(true)
+	b.storeUp(true)
+
+	// Load: rate-checked requests from four clients on both instances.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	var served [8]int
+	for i := range 8 {
+		h := []*harness{a, b}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := newClient(t, fmt.Sprintf("127.0.1.%d", i+1), h.addr)
+			for n := 0; n < 1_000_000; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, body, err := cl.get("/ok")
+				if err != nil || resp.StatusCode != 200 || body != "ok\n" {
+					errs <- fmt.Errorf("client %d, request %d: %v %v", i, n, resp, err)
+					return
+				}
+				served[i]++
+				if resp.Close {
+					cl = newClient(t, fmt.Sprintf("127.0.1.%d", i+1), h.addr)
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	r.stop()
+	a.storeUp(false)
+	b.storeUp(false)
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	for i, n := range served {
+		if n == 0 {
+			t.Errorf("client %d was served nothing", i)
+		}
+	}
+	for _, h := range []*harness{a, b} {
+		if n := strings.Count(h.logs.String(), "cluster store unreachable"); n != 1 {
+			t.Errorf("the store's loss is logged %d times, want once", n)
+		}
+	}
+
+	// Local: each instance has its own burst of 5.
+	ca, cb := newClient(t, "127.0.0.2", a.addr), newClient(t, "127.0.0.2", b.addr)
+	expectStatuses(t, ca, "/login", nil, 200, 200, 200, 200, 200, 429)
+	expectStatuses(t, cb, "/login", nil, 200, 200, 200, 200, 200, 429)
+
+	// Back: shared again.
+	r.start()
+	a.storeUp(true)
+	b.storeUp(true)
+	ca, cb = newClient(t, "127.0.0.4", a.addr), newClient(t, "127.0.0.4", b.addr)
+	expectStatuses(t, ca, "/login", nil, 200, 200, 200)
+	expectStatuses(t, cb, "/login", nil, 200, 200, 429)
+	if s := a.snapshot(); s.Counters["rate_store_local"] == 0 {
+		t.Errorf("no decision was made locally while the store was down: %v", s.Counters)
+	}
+}
