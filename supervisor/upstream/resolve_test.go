@@ -156,3 +156,36 @@ func TestHealthCheckUnixSocket(t *testing.T) {
 		t.Error("a probe of a closed socket passed")
 	}
 }
+
+// The re-resolution goroutine posts each interval's outcome until stopped.
+func TestReresolvePosts(t *testing.T) {
+	up := config.Upstream{Name: "app", ResolveInterval: 10 * time.Millisecond,
+		Addresses: []config.Address{{Host: "localhost", Port: 9000}}}
+	results := make(chan any, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		reresolve(ctx, up, func(r any) {
+			select {
+			case results <- r:
+			case <-ctx.Done():
+			}
+		})
+		close(done)
+	}()
+	select {
+	case r := <-results:
+		rr := r.(ResolveResult)
+		if rr.upstream != "app" || rr.err != nil || len(rr.resolved["localhost:9000"]) == 0 {
+			t.Errorf("re-resolution: %+v", rr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no re-resolution within 10s")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the re-resolution did not stop")
+	}
+}
