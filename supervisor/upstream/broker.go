@@ -152,9 +152,9 @@ type DialResult struct {
 	upstream string
 	addr     int      // index into the upstream's addresses
 	endpoint endpoint // that address, to match it after a reload
-	tried    []int          // the addresses this request has tried
-	fd       int            // the worker's descriptor, or -1
-	keep     int            // the supervisor's copy, or -1
+	tried    []int    // the addresses this request has tried
+	fd       int      // the worker's descriptor, or -1
+	keep     int      // the supervisor's copy, or -1
 	err      error
 }
 
