@@ -265,3 +265,44 @@ route "/app/" {
 		}
 	}
 }
+
+// A reload resolves the upstream's host name again, in the reload's
+// goroutine: the new port is dialed, the address keeps its name.
+func TestProxyUpstreamNameReload(t *testing.T) {
+	one, two := startEchoUpstream(t), startEchoUpstream(t)
+	_, p1, _ := net.SplitHostPort(one.addr)
+	_, p2, _ := net.SplitHostPort(two.addr)
+	h := start(t, fmt.Sprintf(`
+log {
+  access_log = false
+}
+upstream "app" {
+  addresses        = ["localhost:%s"]
+  resolve_interval = "0s"
+}
+route "/app/" {
+  proxy {
+    upstream = "app"
+  }
+}
+`, p1))
+	checkEcho(t, newClient(t, "127.0.0.1", h.addr), "/app/x", []byte("hello, world\n"))
+	src, err := os.ReadFile(h.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(h.config, []byte(strings.Replace(string(src), "localhost:"+p1, "localhost:"+p2, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sup.Reload(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	checkEcho(t, newClient(t, "127.0.0.1", h.addr), "/app/y", []byte("hello, world\n"))
+	if one.conns.Load() != 1 || two.conns.Load() != 1 {
+		t.Errorf("connections: %d to the old port, %d to the new, want 1 and 1", one.conns.Load(), two.conns.Load())
+	}
+	a := addressOf(t, upstreamOf(t, h.snapshot(), "app"), two.addr)
+	if a.Host != "localhost:"+p2 || a.State != "up" {
+		t.Errorf("after the reload: %+v", a)
+	}
+}
