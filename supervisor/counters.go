@@ -160,10 +160,14 @@ type UpstreamInfo struct {
 }
 
 // AddressInfo is one upstream address's state: "up", "down" (out of rotation
-// for fail_timeout after failed dials), "probing" (one dial tests it after
-// fail_timeout) or "check-failed" (its health check fails).
+// for fail_timeout after failed dials), "failing" (the upstream's only
+// address, still dialed, after max_fails failed dials in a row), "probing"
+// (one dial tests it after fail_timeout) or "check-failed" (its health
+// check fails).
 type AddressInfo struct {
-	Address   string
+	Address string // an IP and port, or "unix:/path"
+	// Host is the configured "name:port" Address was resolved from, or "".
+	Host      string
 	State     string
 	Fails     int // consecutive dial failures
 	Dials     uint64

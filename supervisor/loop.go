@@ -159,6 +159,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.upstreams.Dialed(m, now)
 	case upstream.HealthResult:
 		d.upstreams.HealthChecked(m, now)
+	case upstream.ResolveResult:
+		d.upstreams.Reresolved(m, now)
 	case logLevelMsg:
 		d.logLevel = m.level
 		for _, w := range d.workers {

@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +31,11 @@ type reloadMsg struct {
 	// off, which keeps the running one for the replaced workers' last
 	// lines); the loop owns it once the message is sent.
 	accessFD int
-	reply    chan error
+	// resolved and resolveErr are what the upstreams' host names
+	// resolved to; a name that failed keeps its running addresses.
+	resolved   upstream.Resolved
+	resolveErr error
+	reply      chan error
 }
 
 // Reload reads the configuration file again (SIGHUP). An invalid file keeps
@@ -96,9 +101,11 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
 	}
+	// Resolved here, off the loop; the loop logs a name that failed.
+	resolved, resolveErr := upstream.Resolve(ctx, cfg.Upstreams)
 	reply := make(chan error, 1)
 	select {
-	case s.msgs <- reloadMsg{spec: spec, keys: keys, added: added, accessFD: accessFD, reply: reply}:
+	case s.msgs <- reloadMsg{spec: spec, keys: keys, added: added, accessFD: accessFD, resolved: resolved, resolveErr: resolveErr, reply: reply}:
 		s.wake()
 	case <-ctx.Done():
 		for _, a := range added {
@@ -181,7 +188,7 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	}
 	d.reloadListeners(m.added)
 	d.s.access.Set(m.accessFD)
-	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
+	d.upstreams.Configure(d.cfg.Upstreams, m.resolved, m.resolveErr, d.cfg.Workers.Count)
 	d.limiter.SetMax(d.cfg.RateLimitEntries)
 	l := d.cfg.Limits
 	d.penalties.Configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)

@@ -182,7 +182,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	d.fdReserve = 32 + 4*d.cfg.Workers.Count
 	d.armListeners(true)
 	d.upstreams = upstream.New(d.log, s.post)
-	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
+	d.upstreams.Configure(d.cfg.Upstreams, boot.resolved, nil, d.cfg.Workers.Count)
 	for i := 0; i < d.cfg.Workers.Count; i++ {
 		d.workers = append(d.workers, d.newWorker())
 	}

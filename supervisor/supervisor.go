@@ -28,6 +28,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -153,6 +154,8 @@ type loopInit struct {
 	spec      *workerSpec
 	listeners []listener
 	keys      *keyring
+	// resolved is what the upstreams' host names resolved to.
+	resolved upstream.Resolved
 }
 
 // boundAddr is one listener's address as configured and as bound.
@@ -229,6 +232,13 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	}
 	s.reloadMu.Unlock()
 	if err != nil {
+		s.closeEarly()
+		return nil, err
+	}
+	// Resolved as the account the supervisor serves as, which reads
+	// /etc/hosts and /etc/resolv.conf at every reload too. A name that
+	// does not resolve fails the start, as a wrong address would.
+	if s.boot.resolved, err = upstream.Resolve(context.Background(), cfg.Upstreams); err != nil {
 		s.closeEarly()
 		return nil, err
 	}
