@@ -18,10 +18,10 @@ import (
 // max_body_bytes) side by side with nginx configured the same way, under
 // the strict sandbox with real worker processes.
 
-// startNginxWith runs nginx in the foreground with server as the body of
+// startNginxSite runs nginx in the foreground with server as the body of
 // its one server block, and returns its address. It skips the test when
 // nginx is not installed.
-func startNginxWith(t *testing.T, server string) string {
+func startNginxSite(t *testing.T, server string) string {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -172,7 +172,7 @@ func TestHeaderRulesAgainstNginx(t *testing.T) {
 	www := filepath.Join(dir, "www")
 	writeTree(t, www, map[string]string{"index.html": "<h1>home</h1>\n"})
 	app := startSiteUpstream(t)
-	ng := startNginxWith(t, fmt.Sprintf(`
+	ng := startNginxSite(t, fmt.Sprintf(`
     location / {
       root %[1]s;
       add_header X-Frame-Options DENY;
@@ -261,7 +261,7 @@ func TestErrorPagesAgainstNginx(t *testing.T) {
 	writeTree(t, www, map[string]string{"index.html": "<h1>home</h1>\n", "errors/404.html": page404, "errors/413.html": page413})
 	writeTree(t, errs, map[string]string{"50x.html": page50x})
 	app, down := startSiteUpstream(t), closedPort(t)
-	ng := startNginxWith(t, fmt.Sprintf(`
+	ng := startNginxSite(t, fmt.Sprintf(`
     error_page 404 /errors/404.html;
     location / {
       root %[1]s;
