@@ -8,6 +8,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 )
 
@@ -95,9 +96,9 @@ func (d *dispatcher) spawned(m spawn.Started, now time.Time) {
 		Concurrency:  uint32(cfg.Workers.Concurrency),
 		Threads:      uint32(cfg.Workers.ThreadsFor(runtime.GOMAXPROCS(0))),
 		BaseDir:      cfg.BaseDir,
-		Certificates: w.keys.hello(),
+		Certificates: w.keys.Hello(),
 		TicketKeys:   d.tickets.keys,
-		Htpasswd:     htpasswdFiles(cfg),
+		Htpasswd:     secrets.Htpasswd(cfg),
 	}}}, -1)
 	if cfg.Log.AccessLog {
 		d.sendAccessLog(w)
