@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"golang.org/x/sys/unix"
@@ -32,7 +33,7 @@ func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
 		return
 	}
 	var h *clienthello.Hello
-	if n, err := recvInput(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
+	if n, err := sysio.Recv(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
 		h, _ = clienthello.Parse(d.peekBuf[:n])
 	}
 	i, g := lc.Choose(h)
@@ -184,7 +185,7 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 	d.c.tlsPlainHTTP++
 	d.leavePark(c)
 	d.leaveIncomplete(c)
-	sendOutput(c.fd, d.canned.r400TLS.at(now))
+	sysio.Send(c.fd, d.canned.r400TLS.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }
