@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
 // Refusal reasons at admission.
@@ -140,10 +141,10 @@ type Snapshot struct {
 	// Upstreams are the configured upstreams, by name.
 	Upstreams []UpstreamInfo
 	// Certificates are the TLS listeners' certificates, as loaded.
-	Certificates []CertificateInfo
+	Certificates []secrets.CertificateInfo
 	// CertificateErrors are the certificates the last reload could not
 	// load.
-	CertificateErrors []CertificateError
+	CertificateErrors []secrets.CertificateError
 }
 
 // UpstreamInfo is one upstream's budget and addresses.
@@ -275,8 +276,8 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		},
 	}
 	s.RateLimitBuckets = d.limiter.Len()
-	s.Certificates = d.keys.certificates()
-	s.CertificateErrors = d.keys.failures()
+	s.Certificates = d.keys.Certificates()
+	s.CertificateErrors = d.keys.Failures()
 	d.headSnapshot(&s)
 	d.bodySnapshot(&s)
 	d.streamSnapshot(&s)

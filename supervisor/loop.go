@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
@@ -200,7 +201,7 @@ func (d *dispatcher) expire(now time.Time) {
 			d.closeConn(c)
 			continue
 		}
-		sendOutput(c.fd, d.canned.r503.at(now))
+		sysio.Send(c.fd, d.canned.r503.at(now))
 		unix.Shutdown(c.fd, unix.SHUT_WR)
 		d.linger(c, now)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"golang.org/x/sys/unix"
@@ -56,7 +57,7 @@ func (d *dispatcher) deriveRateKey(c *conn) {
 	}
 	head := c.carried
 	if len(head) == 0 {
-		n, err := recvInput(c.fd, d.peekBuf, unix.MSG_PEEK)
+		n, err := sysio.Recv(c.fd, d.peekBuf, unix.MSG_PEEK)
 		if err != nil || n <= 0 {
 			return
 		}
