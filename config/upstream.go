@@ -11,8 +11,14 @@ import (
 // Upstream is one `upstream "NAME"` block: where a proxy route's requests
 // go. Workers name an upstream; only the supervisor dials it.
 type Upstream struct {
-	Name      string
-	Addresses []netip.AddrPort // tried round robin
+	Name string
+	// Addresses are tried round robin, a host name's resolved addresses
+	// each in its place.
+	Addresses []Address
+	// ResolveInterval is how often the supervisor resolves the host names
+	// among Addresses again (0: only at start and at a reload), 0 or
+	// 1s..24h, default 60s.
+	ResolveInterval time.Duration
 	// ConnectTimeout bounds one dial, 100ms..60s, default 5s.
 	ConnectTimeout time.Duration
 	// ResponseTimeout bounds the wait for a response head, 1s..3600s,
@@ -116,6 +122,10 @@ const (
 	defaultFailTimeout     = 10 * time.Second
 	defaultHealthInterval  = 10 * time.Second
 	defaultHealthTimeout   = 2 * time.Second
+	// defaultResolveInterval follows a host name whose addresses change (a
+	// container restarted) within a minute, as Caddy's dynamic upstreams
+	// refresh; resolving names from /etc/hosts costs nothing.
+	defaultResolveInterval = time.Minute
 	// DefaultRateLimitEntries bounds the rate limiter's bucket table.
 	DefaultRateLimitEntries = 100000
 )
@@ -124,6 +134,7 @@ var (
 	upstreamSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 		{Name: "addresses", Required: true}, {Name: "connect_timeout"}, {Name: "response_timeout"}, {Name: "max_connections"},
 		{Name: "read_timeout"}, {Name: "send_timeout"}, {Name: "max_fails"}, {Name: "fail_timeout"},
+		{Name: "resolve_interval"},
 	}, Blocks: []hcl.BlockHeaderSchema{{Type: "health_check"}}}
 	healthCheckSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 		{Name: "path", Required: true}, {Name: "interval"}, {Name: "timeout"},
@@ -156,17 +167,18 @@ func (d *decoder) upstream(b *hcl.Block, cfg *Config, seen map[string]hcl.Range)
 	u := Upstream{
 		Name: name, ConnectTimeout: defaultConnectTimeout, ResponseTimeout: defaultResponseTimeout,
 		ReadTimeout: defaultReadTimeout, SendTimeout: defaultSendTimeout, MaxConnections: defaultMaxConnections,
-		MaxFails: defaultMaxFails, FailTimeout: defaultFailTimeout,
+		MaxFails: defaultMaxFails, FailTimeout: defaultFailTimeout, ResolveInterval: defaultResolveInterval,
 	}
 	what := "upstream " + name
 	addrs, rngs := stringListAttr(d, attrs, "addresses", what+": addresses")
 	for i, s := range addrs {
-		ap, err := netip.ParseAddrPort(s)
-		if err != nil || ap.Port() == 0 {
-			d.errorf(rngs[i], "Invalid value", "%s: addresses holds IP:port literals such as \"127.0.0.1:9000\", got %q.", what, s)
+		a, err := ParseAddress(s)
+		if err != nil {
+			d.errorf(rngs[i], "Invalid value", "%s: addresses holds IP:port literals such as \"127.0.0.1:9000\", "+
+				"host names with a port such as \"app.internal:9000\" or Unix socket paths such as \"unix:/run/app.sock\", got %q: %s.", what, s, err)
 			continue
 		}
-		u.Addresses = append(u.Addresses, ap)
+		u.Addresses = append(u.Addresses, a)
 	}
 	if a, ok := attrs["addresses"]; ok && len(addrs) == 0 {
 		d.errorf(a.Range, "Invalid value", "%s: addresses must name at least one address.", what)
@@ -178,6 +190,10 @@ func (d *decoder) upstream(b *hcl.Block, cfg *Config, seen map[string]hcl.Range)
 	intAttr(d, attrs, "max_connections", what+": max_connections", 1, 65535, &u.MaxConnections)
 	intAttr(d, attrs, "max_fails", what+": max_fails", 1, 100, &u.MaxFails)
 	durationAttr(d, attrs, "fail_timeout", what+": fail_timeout", time.Second, time.Hour, &u.FailTimeout)
+	durationAttr(d, attrs, "resolve_interval", what+": resolve_interval", 0, 24*time.Hour, &u.ResolveInterval)
+	if u.ResolveInterval > 0 && u.ResolveInterval < time.Second {
+		d.errorf(attrs["resolve_interval"].Expr.Range(), "Invalid value", "%s: resolve_interval is \"0s\" (only at start and reload) or between 1s and 24h, got %s.", what, formatDuration(u.ResolveInterval))
+	}
 	if blocks := content.Blocks.OfType("health_check"); len(blocks) > 0 {
 		if len(blocks) > 1 {
 			d.errorf(blocks[1].DefRange, "Duplicate health_check", "%s already has a health_check block at %s.", what, blocks[0].DefRange)

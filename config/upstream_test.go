@@ -42,13 +42,13 @@ upstream "other" {
 }
 `)
 	want := []Upstream{
-		{Name: "app", Addresses: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:9000"), netip.MustParseAddrPort("[::1]:9001")},
-			ConnectTimeout: 250 * time.Millisecond, ResponseTimeout: 2 * time.Minute, ReadTimeout: 3 * time.Second,
+		{Name: "app", Addresses: []Address{{AddrPort: netip.MustParseAddrPort("127.0.0.1:9000")}, {AddrPort: netip.MustParseAddrPort("[::1]:9001")}},
+			ResolveInterval: time.Minute, ConnectTimeout: 250 * time.Millisecond, ResponseTimeout: 2 * time.Minute, ReadTimeout: 3 * time.Second,
 			SendTimeout: 4 * time.Second, MaxConnections: 7, MaxFails: 2, FailTimeout: 30 * time.Second,
 			HealthCheck: &HealthCheck{Path: "/healthz?deep=1", Interval: 5 * time.Second, Timeout: 2 * time.Second}},
 		// The defaults.
-		{Name: "other", Addresses: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:80")},
-			ConnectTimeout: 5 * time.Second, ResponseTimeout: 60 * time.Second, ReadTimeout: 60 * time.Second,
+		{Name: "other", Addresses: []Address{{AddrPort: netip.MustParseAddrPort("192.0.2.1:80")}},
+			ResolveInterval: time.Minute, ConnectTimeout: 5 * time.Second, ResponseTimeout: 60 * time.Second, ReadTimeout: 60 * time.Second,
 			SendTimeout: 60 * time.Second, MaxConnections: 64, MaxFails: 1, FailTimeout: 10 * time.Second},
 	}
 	if !reflect.DeepEqual(cfg.Upstreams, want) {
@@ -79,6 +79,35 @@ upstream "app" {
 `+upstreamBase)
 }
 
+func TestUpstreamAddressForms(t *testing.T) {
+	cfg := mustParse(t, upstreamBase+`
+upstream "app" {
+  addresses        = ["unix:/run/app.sock", "LocalHost:9000", "app_1.internal.:80", "[::1]:9001"]
+  resolve_interval = "0s"
+}
+`)
+	u := cfg.Upstream("app")
+	want := []Address{{Unix: "/run/app.sock"}, {Host: "localhost", Port: 9000}, {Host: "app_1.internal.", Port: 80},
+		{AddrPort: netip.MustParseAddrPort("[::1]:9001")}}
+	if !reflect.DeepEqual(u.Addresses, want) || u.ResolveInterval != 0 || !u.HasHostNames() {
+		t.Fatalf("addresses %+v, resolve_interval %s; want %+v, 0s", u.Addresses, u.ResolveInterval, want)
+	}
+	var shown []string
+	for _, a := range u.Addresses {
+		shown = append(shown, a.String())
+	}
+	if got := strings.Join(shown, " "); got != "unix:/run/app.sock localhost:9000 app_1.internal.:80 [::1]:9001" {
+		t.Errorf("as shown: %s", got)
+	}
+	if cfg := mustParse(t, upstreamBase+`
+upstream "app" {
+  addresses = ["unix:/run/app.sock"]
+}
+`); cfg.Upstream("app").HasHostNames() {
+		t.Errorf("a Unix socket counted as a host name")
+	}
+}
+
 func TestUpstreamErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -102,11 +131,37 @@ upstream "app" {
   addresses = []
 }
 `, []string{"file.hcl:12,", "addresses must name at least one address"}},
-		{"a host name", upstreamBase + `
+		{"a relative Unix socket path", upstreamBase + `
 upstream "app" {
-  addresses = ["localhost:9000"]
+  addresses = ["127.0.0.1:9000", "unix:run/app.sock"]
 }
-`, []string{"file.hcl:12,", `got "localhost:9000"`}},
+`, []string{"file.hcl:12,34-53", `got "unix:run/app.sock": a Unix socket path must be absolute`}},
+		{"a Unix socket path too long", upstreamBase + `
+upstream "app" {
+  addresses = ["unix:/` + strings.Repeat("s", 107) + `"]
+}
+`, []string{"file.hcl:12,", "holds at most 107 bytes"}},
+		{"a host name without port", upstreamBase + `
+upstream "app" {
+  addresses = ["localhost"]
+}
+`, []string{"file.hcl:12,", `got "localhost"`}},
+		{"a host name with a bad label", upstreamBase + `
+upstream "app" {
+  addresses = ["-app.internal:9000"]
+}
+`, []string{"file.hcl:12,", "not an IP address or a host name"}},
+		{"a mistyped IPv4 address", upstreamBase + `
+upstream "app" {
+  addresses = ["127.0.1:9000"]
+}
+`, []string{"file.hcl:12,", "not an IP address or a host name"}},
+		{"resolve_interval under a second", upstreamBase + `
+upstream "app" {
+  addresses        = ["localhost:9000"]
+  resolve_interval = "500ms"
+}
+`, []string{"file.hcl:13,", `resolve_interval is "0s"`}},
 		{"no port", upstreamBase + `
 upstream "app" {
   addresses = ["127.0.0.1"]

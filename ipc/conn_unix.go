@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/sys/unix"
 )
@@ -78,7 +79,7 @@ func (c *Conn) SendEncoded(b []byte, fd int) error {
 	}
 	var err error
 	for {
-		err = sendmsg(c.fd, b, oob, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		err = sysio.Sendmsg(c.fd, b, oob, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if err != unix.EINTR {
 			break
 		}
@@ -101,7 +102,7 @@ func (c *Conn) Recv(f *proto.Frame) (int, error) {
 	var n, oobn, flags int
 	var err error
 	for {
-		n, oobn, flags, err = recvmsg(c.fd, c.rbuf, c.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, err = sysio.Recvmsg(c.fd, c.rbuf, c.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
 			break
 		}

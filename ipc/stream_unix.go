@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/sys/unix"
 )
@@ -60,11 +61,11 @@ func NewStream(f *os.File) (*Stream, error) {
 		fds:  make([]int, 0, oobFDs),
 	}
 	s.recv = func(fd uintptr) bool {
-		s.rn, s.roobn, s.rflags, s.rerr = recvmsg(int(fd), s.rbuf, s.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		s.rn, s.roobn, s.rflags, s.rerr = sysio.Recvmsg(int(fd), s.rbuf, s.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 		return s.rerr != unix.EAGAIN && s.rerr != unix.EINTR
 	}
 	s.send = func(fd uintptr) bool {
-		s.werr = sendmsg(int(fd), s.wbuf, s.woob, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		s.werr = sysio.Sendmsg(int(fd), s.wbuf, s.woob, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		return s.werr != unix.EAGAIN && s.werr != unix.EINTR
 	}
 	return s, nil

@@ -171,7 +171,7 @@ func upstreamsOf(snap Snapshot) []adminapi.Upstream {
 		}
 		for _, a := range u.Addresses {
 			au.Addresses = append(au.Addresses, adminapi.UpstreamAddress{
-				Address: a.Address, State: a.State, Fails: a.Fails, Dials: a.Dials, Failures: a.Failures,
+				Address: a.Address, Host: a.Host, State: a.State, Fails: a.Fails, Dials: a.Dials, Failures: a.Failures,
 				DownForSeconds: a.DownFor.Seconds(), LastError: a.LastError,
 			})
 		}

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"net/netip"
 	"time"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
 // connState is where a connection is. Transitions (all in the dispatcher):
@@ -87,11 +89,9 @@ type conn struct {
 	tlist   listID
 	qlist   listID
 	ilist   listID
-	// signs is what the handshake of a TLS connection on its first
-	// dispatch may still sign with, signKey the key of its certificate
-	// (tls.go; zero otherwise).
-	signs   signSet
-	signKey uint16
+	// grant is what the handshake of a TLS connection on its first
+	// dispatch may still sign with (tls.go; zero otherwise).
+	grant secrets.Grant
 }
 
 // peerAddr is a connection's peer address and port: 20 bytes where a

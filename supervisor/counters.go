@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
 // Refusal reasons at admission.
@@ -144,10 +145,10 @@ type Snapshot struct {
 	// Upstreams are the configured upstreams, by name.
 	Upstreams []UpstreamInfo
 	// Certificates are the TLS listeners' certificates, as loaded.
-	Certificates []CertificateInfo
+	Certificates []secrets.CertificateInfo
 	// CertificateErrors are the certificates the last reload could not
 	// load.
-	CertificateErrors []CertificateError
+	CertificateErrors []secrets.CertificateError
 	// Cluster is the shared store's link, nil without a cluster block.
 	Cluster *ClusterInfo
 }
@@ -175,10 +176,14 @@ type UpstreamInfo struct {
 }
 
 // AddressInfo is one upstream address's state: "up", "down" (out of rotation
-// for fail_timeout after failed dials), "probing" (one dial tests it after
-// fail_timeout) or "check-failed" (its health check fails).
+// for fail_timeout after failed dials), "failing" (the upstream's only
+// address, still dialed, after max_fails failed dials in a row), "probing"
+// (one dial tests it after fail_timeout) or "check-failed" (its health
+// check fails).
 type AddressInfo struct {
-	Address   string
+	Address string // an IP and port, or "unix:/path"
+	// Host is the configured "name:port" Address was resolved from, or "".
+	Host      string
 	State     string
 	Fails     int // consecutive dial failures
 	Dials     uint64
@@ -290,8 +295,8 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		},
 	}
 	s.RateLimitBuckets = d.limiter.Len()
-	s.Certificates = d.keys.certificates()
-	s.CertificateErrors = d.keys.failures()
+	s.Certificates = d.keys.Certificates()
+	s.CertificateErrors = d.keys.Failures()
 	d.headSnapshot(&s)
 	d.bodySnapshot(&s)
 	d.streamSnapshot(&s)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -125,7 +126,7 @@ func (d *dispatcher) release(c *conn) {
 	}
 	d.leaveRound(c, false)
 	c.worker = nil
-	c.signs = 0
+	c.grant = secrets.Grant{}
 	if len(d.rateKeys) > 0 {
 		delete(d.rateKeys, c.id)
 	}

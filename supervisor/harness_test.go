@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc/ipctest"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/hashicorp/go-hclog"
 )
@@ -123,7 +124,7 @@ func startLoop(t *testing.T, src string) *loopHarness {
 	}
 	s.publishListeners(s.boot.listeners)
 	s.boot.spec = &workerSpec{cfg: cfg}
-	if s.boot.keys, err = loadKeyring(cfg); err != nil {
+	if s.boot.keys, err = secrets.Load(cfg); err != nil {
 		s.closeListeners()
 		t.Fatal(err)
 	}

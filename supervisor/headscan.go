@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -103,7 +104,7 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		if c.state == stateIdle && emptyLines(d.peekBuf[:n]) {
 			// RFC 9112 §2.2: empty lines after a request are ignored; the
 			// connection stays idle under its keep-alive timeout.
-			recvInput(c.fd, d.peekBuf[:n], 0)
+			sysio.Recv(c.fd, d.peekBuf[:n], 0)
 			d.arm(c)
 			return
 		}
@@ -115,7 +116,7 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		}
 		// Part of a head: take it out of the socket, so later wake-ups
 		// read only what is new.
-		n, err := recvInput(c.fd, d.peekBuf[:n], 0)
+		n, err := sysio.Recv(c.fd, d.peekBuf[:n], 0)
 		if err != nil || n <= 0 {
 			d.closeConn(c)
 			return
@@ -238,7 +239,7 @@ func (d *dispatcher) expireHeads(now time.Time) {
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
 	d.dropHead(c)
 	d.leaveIncomplete(c)
-	sendOutput(c.fd, d.canned.r408.at(now))
+	sysio.Send(c.fd, d.canned.r408.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }
@@ -339,9 +340,9 @@ func (d *dispatcher) input(c *conn, buf []byte, peek bool) int {
 	var n int
 	var err error
 	if peek {
-		n, err = recvInput(c.fd, buf, unix.MSG_PEEK)
+		n, err = sysio.Recv(c.fd, buf, unix.MSG_PEEK)
 	} else {
-		n, err = recvInput(c.fd, buf, 0)
+		n, err = sysio.Recv(c.fd, buf, 0)
 	}
 	switch {
 	case err == unix.EAGAIN || err == unix.EINTR:

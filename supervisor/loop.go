@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
@@ -161,6 +162,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.upstreams.Dialed(m, now)
 	case upstream.HealthResult:
 		d.upstreams.HealthChecked(m, now)
+	case upstream.ResolveResult:
+		d.upstreams.Reresolved(m, now)
 	case logLevelMsg:
 		d.logLevel = m.level
 		for _, w := range d.workers {
@@ -207,7 +210,7 @@ func (d *dispatcher) expire(now time.Time) {
 			d.closeConn(c)
 			continue
 		}
-		sendOutput(c.fd, d.canned.r503.at(now))
+		sysio.Send(c.fd, d.canned.r503.at(now))
 		unix.Shutdown(c.fd, unix.SHUT_WR)
 		d.linger(c, now)
 	}

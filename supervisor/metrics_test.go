@@ -11,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
 func testSnapshot() Snapshot {
@@ -33,9 +35,9 @@ func testSnapshot() Snapshot {
 		Responses: map[string]uint64{"2xx": 70, "4xx": 5, "5xx": 1, "1xx": 0, "3xx": 0, "other": 0},
 		Latency:   LatencyHistogram{Counts: lat, Sum: 31.5, Count: 8},
 		Deaths:    []DeathCount{{Reason: DeathSignal, Signal: "SIGKILL", N: 2}, {Reason: DeathExit, Signal: "none", N: 1}},
-		Certificates: []CertificateInfo{{Listener: "https", Name: "site", DNSNames: []string{"example.org"},
+		Certificates: []secrets.CertificateInfo{{Listener: "https", Name: "site", DNSNames: []string{"example.org"},
 			NotAfter: time.Unix(1_900_000_000, 0)}},
-		CertificateErrors: []CertificateError{{Listener: "https", Name: "site", Kept: true, Since: time.Unix(1_800_000_000, 0)}},
+		CertificateErrors: []secrets.CertificateError{{Listener: "https", Name: "site", Kept: true, Since: time.Unix(1_800_000_000, 0)}},
 	}
 }
 

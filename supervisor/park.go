@@ -3,6 +3,7 @@ package supervisor
 import (
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -36,7 +37,7 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 		// The peer closed or reset. If nothing is left to read, close here
 		// rather than spend a worker round on it.
 		var b [1]byte
-		n, err := recvInput(c.fd, b[:], unix.MSG_PEEK)
+		n, err := sysio.Recv(c.fd, b[:], unix.MSG_PEEK)
 		if n <= 0 && err != unix.EAGAIN {
 			d.c.peerClosed++
 			d.logLimited(hclog.Debug, "peer-closed", "client closed a connection before a request")
@@ -58,7 +59,7 @@ func (d *dispatcher) leavePark(c *conn) {
 // discard reads and drops what a lingering connection still sends.
 func (d *dispatcher) discard(c *conn) {
 	for i := 0; i < 4; i++ {
-		n, err := recvInput(c.fd, d.scratch, 0)
+		n, err := sysio.Recv(c.fd, d.scratch, 0)
 		if err == unix.EAGAIN {
 			d.arm(c)
 			return

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/proxyproto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/hashicorp/go-hclog"
@@ -52,7 +53,7 @@ func (d *dispatcher) readProxy(c *conn, now time.Time) {
 		return
 	}
 	// Consume exactly the header: the request behind it stays in the socket.
-	if m, err := recvInput(c.fd, buf[:hlen], 0); err != nil || m != hlen {
+	if m, err := sysio.Recv(c.fd, buf[:hlen], 0); err != nil || m != hlen {
 		d.closeConn(c)
 		return
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/expiry"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -24,13 +26,17 @@ var ErrNoConfigFile = errors.New("supervisor: no configuration file to reload")
 // reloadMsg carries a validated configuration into the loop.
 type reloadMsg struct {
 	spec  *workerSpec
-	keys  *keyring   // the TLS certificates and keys, reloaded
-	added []listener // bound for addresses the old configuration lacked
+	keys  *secrets.Ring // the TLS certificates and keys, reloaded
+	added []listener    // bound for addresses the old configuration lacked
 	// accessFD is the access log opened for the new configuration (-1:
 	// off, which keeps the running one for the replaced workers' last
 	// lines); the loop owns it once the message is sent.
 	accessFD int
-	reply    chan error
+	// resolved and resolveErr are what the upstreams' host names
+	// resolved to; a name that failed keeps its running addresses.
+	resolved   upstream.Resolved
+	resolveErr error
+	reply      chan error
 }
 
 // Reload reads the configuration file again (SIGHUP). An invalid file keeps
@@ -96,9 +102,11 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return err
 	}
+	// Resolved here, off the loop; the loop logs a name that failed.
+	resolved, resolveErr := upstream.Resolve(ctx, cfg.Upstreams)
 	reply := make(chan error, 1)
 	select {
-	case s.msgs <- reloadMsg{spec: spec, keys: keys, added: added, accessFD: accessFD, reply: reply}:
+	case s.msgs <- reloadMsg{spec: spec, keys: keys, added: added, accessFD: accessFD, resolved: resolved, resolveErr: resolveErr, reply: reply}:
 		s.wake()
 	case <-ctx.Done():
 		for _, a := range added {
@@ -118,7 +126,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	s.accessLog = cfg.Log
 	s.keys = keys
 	s.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
-	if n := len(keys.failed); n > 0 {
+	if n := len(keys.Failures()); n > 0 {
 		// Not "configuration reloaded": the certificates logged above
 		// are not the file's.
 		s.log.Error("reload incomplete: the configuration applies, but certificates could not be loaded (logged above)",
@@ -134,9 +142,9 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 // logged, with its file and line (and the account, when it may not read
 // one); a listener left with no certificate fails the reload. An expired
 // certificate is served, with a warning, as at start.
-func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
+func (s *Supervisor) reloadKeys(cfg *config.Config) (*secrets.Ring, error) {
 	now := time.Now()
-	keys, err := buildKeyring(cfg, s.keys, &s.account, now)
+	keys, err := secrets.Reload(cfg, s.keys, &s.account, now)
 	if err == nil {
 		err = checkHello(cfg, keys)
 	}
@@ -144,13 +152,13 @@ func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
 		s.log.Error("reload failed; keeping the running configuration", "error", err)
 		return nil, err
 	}
-	for _, c := range keys.info {
+	for _, c := range keys.Certificates() {
 		if now.After(c.NotAfter) {
 			s.log.Warn("certificate expired; it is served, and clients will refuse it",
 				"listener", c.Listener, "certificate", c.Name, "expiry", expiry.Text(c.NotAfter, now))
 		}
 	}
-	for _, e := range keys.failed {
+	for _, e := range keys.Failures() {
 		what := "certificate not loaded; the running one is kept"
 		if !e.Kept {
 			what = "certificate not loaded; it is not served"
@@ -158,6 +166,14 @@ func (s *Supervisor) reloadKeys(cfg *config.Config) (*keyring, error) {
 		s.log.Error(what, "listener", e.Listener, "certificate", e.Name, "error", e.Error)
 	}
 	return keys, nil
+}
+
+// certificateErrors returns the certificates the last reload could not
+// load.
+func (s *Supervisor) certificateErrors() []secrets.CertificateError {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	return s.keys.Failures()
 }
 
 // reload applies a new configuration in the loop.
@@ -181,17 +197,17 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	}
 	d.reloadListeners(m.added)
 	d.s.access.Set(m.accessFD)
-	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
+	d.upstreams.Configure(d.cfg.Upstreams, m.resolved, m.resolveErr, d.cfg.Workers.Count)
 	d.limiter.SetMax(d.cfg.RateLimitEntries)
 	l := d.cfg.Limits
 	d.penalties.Configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
 	oldKeys := d.keys
 	d.keys = m.keys
-	if len(d.keys.hello()) > 0 && d.tickets.rotated.IsZero() {
+	if len(d.keys.Hello()) > 0 && d.tickets.rotated.IsZero() {
 		d.rotateTickets(now) // the first TLS listener
 	}
 
-	if workersNeedReplacing(old, d.cfg) || !sameCertificates(oldKeys, d.keys) {
+	if workersNeedReplacing(old, d.cfg) || !secrets.Same(oldKeys, d.keys) {
 		for _, w := range d.workers {
 			w.retiring = true
 		}

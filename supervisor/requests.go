@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
@@ -71,7 +72,7 @@ func (d *dispatcher) deriveRateKey(c *conn) {
 	}
 	head := c.carried
 	if len(head) == 0 {
-		n, err := recvInput(c.fd, d.peekBuf, unix.MSG_PEEK)
+		n, err := sysio.Recv(c.fd, d.peekBuf, unix.MSG_PEEK)
 		if err != nil || n <= 0 {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -54,10 +55,10 @@ type dispatcher struct {
 // frameBufs are the frames and buffers every send and hand-off reuses, so
 // that a steady-state round allocates nothing (TestDispatchAllocs).
 type frameBufs struct {
-	sendBuf     []byte              // an encoded frame, until it is sent or queued
-	dispatchMsg proto.Dispatch      // the next Dispatch, refilled per hand-off
-	signPool    signPool            // signatures off the loop (tls.go)
-	dispatchEnc ipc.DispatchEncoder // encodes it with the peer and client key
+	sendBuf     []byte                // an encoded frame, until it is sent or queued
+	dispatchMsg proto.Dispatch        // the next Dispatch, refilled per hand-off
+	signPool    secrets.Pool[signMsg] // signatures off the loop (tls.go)
+	dispatchEnc ipc.DispatchEncoder   // encodes it with the peer and client key
 	// recvFrame is decoded into and reused while the worker sends Done
 	// frames; any other frame may be kept by its handler, so a new one
 	// replaces it after those.
@@ -90,7 +91,7 @@ type connTable struct {
 	penalties *limits.PenaltyBox
 	// keys holds the TLS certificates and private keys new workers get:
 	// read at start, and again by every reload.
-	keys    *keyring
+	keys    *secrets.Ring
 	tickets ticketKeys
 
 	out     int      // connections at workers
@@ -188,6 +189,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 			deaths:  make(map[deathCause]uint64),
 		},
 	}
+	d.signPool = newSignPool(s)
 	d.initLists()
 	d.peekBuf = make([]byte, headend.MaxHead)
 	d.canned = newCannedReplies()
@@ -200,7 +202,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	d.fdReserve = 32 + 4*d.cfg.Workers.Count
 	d.armListeners(true)
 	d.upstreams = upstream.New(d.log, s.post)
-	d.upstreams.Configure(d.cfg.Upstreams, d.cfg.Workers.Count)
+	d.upstreams.Configure(d.cfg.Upstreams, boot.resolved, nil, d.cfg.Workers.Count)
 	if c := d.cfg.Cluster; c != nil {
 		store, err := cluster.Start(c, d.log.Named("cluster"), s.post)
 		if err != nil {

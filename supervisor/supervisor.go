@@ -26,8 +26,10 @@ import (
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -119,7 +121,7 @@ type Supervisor struct {
 	accessRelays sync.WaitGroup
 	// keys are the running TLS certificates and keys, which a reload
 	// keeps for a certificate that fails to load. +checklocks:reloadMu
-	keys *keyring
+	keys *secrets.Ring
 
 	// boot is what New prepared for the loop: the configuration, the worker
 	// spec and the bound listeners. Run hands it to the loop, which from
@@ -152,7 +154,9 @@ type loopInit struct {
 	cfg       *config.Config
 	spec      *workerSpec
 	listeners []listener
-	keys      *keyring
+	keys      *secrets.Ring
+	// resolved is what the upstreams' host names resolved to.
+	resolved upstream.Resolved
 }
 
 // boundAddr is one listener's address as configured and as bound.
@@ -201,7 +205,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	s.access.Start(accessFD, created)
 	// Read while the files may still be readable by root only; workers
 	// never can read them (docs/DESIGN.md §9).
-	if s.boot.keys, err = loadKeyring(cfg); err != nil {
+	if s.boot.keys, err = secrets.Load(cfg); err != nil {
 		s.closeEarly()
 		return nil, err
 	}
@@ -229,6 +233,13 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	}
 	s.reloadMu.Unlock()
 	if err != nil {
+		s.closeEarly()
+		return nil, err
+	}
+	// Resolved as the account the supervisor serves as, which reads
+	// /etc/hosts and /etc/resolv.conf at every reload too. A name that
+	// does not resolve fails the start, as a wrong address would.
+	if s.boot.resolved, err = upstream.Resolve(context.Background(), cfg.Upstreams); err != nil {
 		s.closeEarly()
 		return nil, err
 	}
@@ -307,7 +318,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	trim, stopTrim := context.WithCancel(context.Background())
 	go memtrim.Run(trim, memtrim.Default, nil)
 	err = d.run()
-	d.stopSignPool()
+	d.signPool.Stop()
 	stopTrim()
 	if s.spawner != nil {
 		s.spawner.Close() // every worker has been reaped, or is killed now

@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
 // writeKeyPair writes a self-signed certificate and its key for name under
@@ -54,11 +56,30 @@ func writeCertificate(t *testing.T, dir, name string, key crypto.Signer) {
 	os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), 0o600)
 }
 
+// oneCertificate is the ring of a TLS listener "https" with one
+// certificate, ec.test's.
+func oneCertificate(t *testing.T) *secrets.Ring {
+	t.Helper()
+	dir := t.TempDir()
+	writeKeyPair(t, dir, "ec.test", false)
+	src := fmt.Sprintf("listener \"https\" {\n  address = \"127.0.0.1:0\"\n  tls {\n    certificate \"ec\" {\n      cert = %q\n      key  = %q\n    }\n  }\n}\n"+
+		"route \"/\" {\n  respond {\n    body = \"x\"\n  }\n}\n", filepath.Join(dir, "ec.test.pem"), filepath.Join(dir, "ec.test.key"))
+	cfg, err := config.Parse([]byte(src), "tls.hcl", config.ParseOptions{BaseDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := secrets.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 // Session ticket keys rotate hourly; the previous key is kept. The loop
 // rotates them at ticketDeadline.
 func TestTicketKeysRotate(t *testing.T) {
 	d := &dispatcher{}
-	d.keys = &keyring{certs: []*proto.TLSCertificate{{Listener: "https"}}}
+	d.keys = oneCertificate(t)
 	start := time.Unix(1_000_000, 0)
 	d.rotateTickets(start)
 	if len(d.tickets.keys) != 1 || len(d.tickets.keys[0]) != 32 {

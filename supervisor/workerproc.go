@@ -5,6 +5,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 )
 
@@ -37,7 +38,7 @@ type workerProc struct {
 	retiring bool
 	// keys are the certificates and keys the current process was started
 	// with; its Sign requests name these.
-	keys *keyring
+	keys *secrets.Ring
 	// signing counts its signatures in the signing pool (tls.go), each
 	// holding an in-flight slot.
 	signing int

@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	gproto "google.golang.org/protobuf/proto"
 )
@@ -299,7 +300,7 @@ func layerSummary(layers []*proto.SandboxLayer) string {
 }
 
 // helloFrame is the Hello a worker in slot gets: everything it serves from.
-func helloFrame(slot int, cfg *config.Config, keys *keyring, tickets [][]byte) *proto.Frame {
+func helloFrame(slot int, cfg *config.Config, keys *secrets.Ring, tickets [][]byte) *proto.Frame {
 	return &proto.Frame{Body: &proto.Frame_Hello{Hello: &proto.Hello{
 		WorkerId:     uint32(slot),
 		Config:       cfg.Source,
@@ -307,9 +308,9 @@ func helloFrame(slot int, cfg *config.Config, keys *keyring, tickets [][]byte) *
 		Concurrency:  uint32(cfg.Workers.Concurrency),
 		Threads:      uint32(cfg.Workers.ThreadsFor(runtime.GOMAXPROCS(0))),
 		BaseDir:      cfg.BaseDir,
-		Certificates: keys.hello(),
+		Certificates: keys.Hello(),
 		TicketKeys:   tickets,
-		Htpasswd:     htpasswdFiles(cfg),
+		Htpasswd:     secrets.Htpasswd(cfg),
 	}}}
 }
 
@@ -321,7 +322,7 @@ var ErrHelloTooLarge = errors.New("supervisor: the configuration does not fit in
 
 // checkHello refuses a configuration whose Hello would not fit in a frame,
 // counting two full-size session ticket keys and the largest slot number.
-func checkHello(cfg *config.Config, keys *keyring) error {
+func checkHello(cfg *config.Config, keys *secrets.Ring) error {
 	tickets := [][]byte{make([]byte, 32), make([]byte, 32)}
 	f := helloFrame(1<<16, cfg, keys, tickets)
 	if n := gproto.Size(f); n > ipc.MaxFrameSize {

@@ -41,11 +41,18 @@ func (p *upstreamPool) rewriteRedirects(res *http.Response) {
 // upstream's addresses with public; it reports whether it did.
 func (p *upstreamPool) rewriteURL(u, public string) (string, bool) {
 	for _, a := range p.up.Addresses {
+		if a.Unix != "" {
+			// An app on a Unix socket names no address of its own.
+			continue
+		}
 		origins := []string{"http://" + a.String()}
-		if a.Port() == 80 {
-			host := a.Addr().String()
-			if a.Addr().Is6() {
-				host = "[" + host + "]"
+		if port := a.AddrPort.Port(); port == 80 || a.Host != "" && a.Port == 80 {
+			host := a.Host
+			if host == "" {
+				host = a.AddrPort.Addr().String()
+				if a.AddrPort.Addr().Is6() {
+					host = "[" + host + "]"
+				}
 			}
 			origins = append(origins, "http://"+host)
 		}

@@ -10,8 +10,9 @@ import (
 )
 
 func testPool() *upstreamPool {
-	return &upstreamPool{up: &config.Upstream{Name: "app", Addresses: []netip.AddrPort{
-		netip.MustParseAddrPort("127.0.0.1:18600"), netip.MustParseAddrPort("[::1]:80"),
+	return &upstreamPool{up: &config.Upstream{Name: "app", Addresses: []config.Address{
+		{AddrPort: netip.MustParseAddrPort("127.0.0.1:18600")}, {AddrPort: netip.MustParseAddrPort("[::1]:80")},
+		{Host: "app.internal", Port: 80}, {Unix: "/run/app.sock"},
 	}}}
 }
 
@@ -24,7 +25,12 @@ func TestRewriteRedirects(t *testing.T) {
 		{"http://127.0.0.1:18600", "", "https://public.example", ""},
 		{"HTTP://127.0.0.1:18600?x=1", "", "https://public.example?x=1", ""},
 		{"http://[::1]/x", "0;URL='http://[::1]:80/y'", "https://public.example/x", "0;URL='https://public.example/y'"},
+		// A host name address, with and without its port 80.
+		{"http://app.internal:80/a", "", "https://public.example/a", ""},
+		{"http://APP.internal/a", "", "https://public.example/a", ""},
 		// Not the upstream's origin: another port, host, or scheme.
+		{"http://app.internal:8080/a", "", "http://app.internal:8080/a", ""},
+		{"http://unix:/run/app.sock/a", "", "http://unix:/run/app.sock/a", ""},
 		{"http://127.0.0.1:186001/x", "", "http://127.0.0.1:186001/x", ""},
 		{"http://127.0.0.1:18600.evil/x", "", "http://127.0.0.1:18600.evil/x", ""},
 		{"https://127.0.0.1:18600/x", "", "https://127.0.0.1:18600/x", ""},

@@ -33,6 +33,31 @@ func startNginx(t *testing.T, www string) string {
 // returns nginx's process id too.
 func startNginxWith(t testing.TB, www, extra string) (string, int) {
 	t.Helper()
+	return startNginxConf(t, `
+  default_type application/octet-stream;
+  types {
+    text/html html;
+    text/css css;
+    font/woff2 woff2;
+  }
+  charset utf-8;
+  charset_types text/html text/css;
+  gzip_static on;
+  gzip_vary on;
+  max_ranges 16;
+`+extra, fmt.Sprintf(`
+    root %s;
+    index index.html;
+    autoindex off;
+`, www))
+}
+
+// startNginxConf runs nginx in the foreground on a free loopback port, with
+// http (directives of its http block) and server (the body of its one
+// server block, without listen), and returns its address and process id.
+// It skips the test when nginx is not installed.
+func startNginxConf(t testing.TB, http, server string) (string, int) {
+	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, err := os.Stat("/usr/sbin/nginx"); err != nil {
@@ -61,26 +86,13 @@ http {
   fastcgi_temp_path %[1]s/fastcgi;
   uwsgi_temp_path %[1]s/uwsgi;
   scgi_temp_path %[1]s/scgi;
-  default_type application/octet-stream;
-  types {
-    text/html html;
-    text/css css;
-    font/woff2 woff2;
-  }
-  charset utf-8;
-  charset_types text/html text/css;
-  gzip_static on;
-  gzip_vary on;
-  max_ranges 16;
-%[4]s
+%[3]s
   server {
     listen %[2]s;
-    root %[3]s;
-    index index.html;
-    autoindex off;
+%[4]s
   }
 }
-`, dir, addr, www, extra)
+`, dir, addr, http, server)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -39,6 +39,11 @@ func startEchoUpstream(tb testing.TB) *echoUpstream {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return serveEchoUpstream(tb, l)
+}
+
+// serveEchoUpstream is startEchoUpstream on l, a TCP or a Unix listener.
+func serveEchoUpstream(tb testing.TB, l net.Listener) *echoUpstream {
 	e := &echoUpstream{addr: l.Addr().String()}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {

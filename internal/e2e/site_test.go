@@ -1,93 +1,31 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // The day-one site settings (issue 30: header rules, error pages, a route's
 // max_body_bytes) side by side with nginx configured the same way, under
 // the strict sandbox with real worker processes.
 
-// startNginxWith runs nginx in the foreground with server as the body of
-// its one server block, and returns its address. It skips the test when
-// nginx is not installed.
-func startNginxWith(t *testing.T, server string) string {
+// startNginxSite runs nginx with server as the body of its one server
+// block, HTML and text types known, and returns its address.
+func startNginxSite(t *testing.T, server string) string {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, err := os.Stat("/usr/sbin/nginx"); err != nil {
-			t.Skip("nginx is not installed")
-		}
-		bin = "/usr/sbin/nginx"
-	}
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	conf := fmt.Sprintf(`
-daemon off;
-master_process off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
+	addr, _ := startNginxConf(t, `
   default_type application/octet-stream;
   types {
     text/html html;
     text/plain txt;
   }
-  server {
-    listen %[2]s;
-%[3]s
-  }
-}
-`, dir, addr, server)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-e", filepath.Join(dir, "error.log"), "-c", path)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	for i := 0; ; i++ {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if i == 100 {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx did not listen on %s: %v\n%s\n%s", addr, err, out.String(), log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+`, server)
+	return addr
 }
 
 // startSiteUpstream is the app behind both: it names itself in Server and
@@ -172,7 +110,7 @@ func TestHeaderRulesAgainstNginx(t *testing.T) {
 	www := filepath.Join(dir, "www")
 	writeTree(t, www, map[string]string{"index.html": "<h1>home</h1>\n"})
 	app := startSiteUpstream(t)
-	ng := startNginxWith(t, fmt.Sprintf(`
+	ng := startNginxSite(t, fmt.Sprintf(`
     location / {
       root %[1]s;
       add_header X-Frame-Options DENY;
@@ -261,7 +199,7 @@ func TestErrorPagesAgainstNginx(t *testing.T) {
 	writeTree(t, www, map[string]string{"index.html": "<h1>home</h1>\n", "errors/404.html": page404, "errors/413.html": page413})
 	writeTree(t, errs, map[string]string{"50x.html": page50x})
 	app, down := startSiteUpstream(t), closedPort(t)
-	ng := startNginxWith(t, fmt.Sprintf(`
+	ng := startNginxSite(t, fmt.Sprintf(`
     error_page 404 /errors/404.html;
     location / {
       root %[1]s;

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,72 +16,12 @@ import (
 // Access lists, basic auth and redirects (issue 30 items 3-5), each under
 // the strict sandbox and against nginx configured the same way.
 
-// startNginxServer runs nginx in the foreground with server (the body of
-// one server block, without listen) and returns its address. It skips the
-// test when nginx is not installed.
+// startNginxServer runs nginx with server (the body of one server block,
+// without listen) and relative redirects, and returns its address.
 func startNginxServer(t *testing.T, server string) string {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, err := os.Stat("/usr/sbin/nginx"); err != nil {
-			t.Skip("nginx is not installed")
-		}
-		bin = "/usr/sbin/nginx"
-	}
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	conf := fmt.Sprintf(`
-daemon off;
-master_process off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  fastcgi_temp_path %[1]s/fastcgi;
-  uwsgi_temp_path %[1]s/uwsgi;
-  scgi_temp_path %[1]s/scgi;
-  absolute_redirect off;
-  server {
-    listen %[2]s;
-%[3]s
-  }
-}
-`, dir, addr, server)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-e", filepath.Join(dir, "error.log"), "-c", path)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	for i := 0; ; i++ {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if i == 100 {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx did not listen on %s: %v\n%s\n%s", addr, err, out.String(), log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	addr, _ := startNginxConf(t, "  absolute_redirect off;\n", server)
+	return addr
 }
 
 // bodyDir returns a directory nginx can read holding ok.txt with body.

@@ -139,6 +139,11 @@ func startWSUpstream(tb testing.TB) *wsUpstream {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return serveWSUpstream(tb, l)
+}
+
+// serveWSUpstream is startWSUpstream on l, a TCP or a Unix listener.
+func serveWSUpstream(tb testing.TB, l net.Listener) *wsUpstream {
 	u := &wsUpstream{addr: l.Addr().String(), conns: map[net.Conn]bool{}}
 	go func() {
 		for {

@@ -241,7 +241,8 @@ type Upstream struct {
 // rotation for fail_timeout after failed dials), "probing" (the next dial
 // tests it) or "check-failed" (its health check fails).
 type UpstreamAddress struct {
-	Address        string  `json:"address"`
+	Address        string  `json:"address"`        // an IP and port, or "unix:/path"
+	Host           string  `json:"host,omitempty"` // the "name:port" Address was resolved from
 	State          string  `json:"state"`
 	Fails          int     `json:"fails"` // consecutive failed dials
 	Dials          uint64  `json:"dials"`

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
@@ -96,13 +97,20 @@ type holding struct {
 // upstreamState is one upstream's budget and address health.
 type upstreamState struct {
 	cfg     config.Upstream
-	addrs   []*addrState // one per cfg.Addresses, in order
+	addrs   []*addrState // one per endpoint of cfg.Addresses, in order
 	held    int          // given to workers and not released
 	dialing int
 	next    int           // round robin over addrs
 	waiting []waitingDial // dials waiting for reclaimed connections, oldest first
 	// stopCheck ends the active health check, or is nil.
 	stopCheck func()
+	// names holds what each host name among the addresses resolved to
+	// last, by "name:port"; resolveFailing the names whose last
+	// resolution failed (warned about once); stopResolve ends the
+	// re-resolution, or is nil.
+	names          map[string][]netip.AddrPort
+	resolveFailing map[string]bool
+	stopResolve    func()
 
 	reclaims    uint64 // Reclaim notices sent
 	shareRefuse uint64 // dials refused over a worker's share
@@ -110,7 +118,7 @@ type upstreamState struct {
 
 // addrState is one upstream address's health and counters.
 type addrState struct {
-	addr      netip.AddrPort
+	addr      endpoint
 	fails     int       // consecutive dial failures or timeouts
 	downUntil time.Time // out of rotation until then; zero when in
 	probing   bool      // a dial probes it after downUntil
@@ -142,11 +150,11 @@ type DialResult struct {
 	h        *holding
 	id       uint64
 	upstream string
-	addr     int            // index into the upstream's addresses
-	addrPort netip.AddrPort // that address, to match it after a reload
-	tried    []int          // the addresses this request has tried
-	fd       int            // the worker's descriptor, or -1
-	keep     int            // the supervisor's copy, or -1
+	addr     int      // index into the upstream's addresses
+	endpoint endpoint // that address, to match it after a reload
+	tried    []int    // the addresses this request has tried
+	fd       int      // the worker's descriptor, or -1
+	keep     int      // the supervisor's copy, or -1
 	err      error
 }
 
@@ -220,7 +228,7 @@ func (b *Broker) startDial(u *upstreamState, w Worker, h *holding, id uint64, tr
 	a.dials++
 	u.dialing++
 	h.held[u.cfg.Name]++
-	r := DialResult{w: w, h: h, id: id, upstream: u.cfg.Name, addr: k, addrPort: a.addr, tried: append(tried, k)}
+	r := DialResult{w: w, h: h, id: id, upstream: u.cfg.Name, addr: k, endpoint: a.addr, tried: append(tried, k)}
 	go dial(r, u.cfg.ConnectTimeout, b.post)
 }
 
@@ -251,13 +259,15 @@ func (u *upstreamState) pick(now time.Time, tried []int) (int, bool) {
 // supervisor keeps until the release.
 func dial(r DialResult, timeout time.Duration, post func(any)) {
 	r.fd, r.keep = -1, -1
-	c, err := (&net.Dialer{Timeout: timeout}).Dial("tcp", r.addrPort.String())
+	c, err := (&net.Dialer{Timeout: timeout}).Dial(r.endpoint.network(), r.endpoint.address())
 	if err != nil {
 		r.err = err
 		post(r)
 		return
 	}
-	rc, err := c.(*net.TCPConn).SyscallConn()
+	// A TCP or a Unix stream socket: the worker speaks HTTP/1.1 over
+	// either alike.
+	rc, err := c.(syscall.Conn).SyscallConn()
 	if err == nil {
 		cerr := rc.Control(func(fd uintptr) {
 			if r.fd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err == nil {
@@ -292,7 +302,7 @@ func (b *Broker) Dialed(r DialResult, now time.Time) {
 	u := b.upstreams[r.upstream]
 	if u != nil {
 		u.dialing--
-		if r.addr < len(u.addrs) && u.addrs[r.addr].addr == r.addrPort {
+		if r.addr < len(u.addrs) && u.addrs[r.addr].addr == r.endpoint {
 			b.addrResult(u, u.addrs[r.addr], r.err, now)
 		}
 	}
@@ -335,11 +345,14 @@ func (b *Broker) Dialed(r DialResult, now time.Time) {
 }
 
 // addrResult updates an address's passive health with a dial's outcome.
+// An upstream's only address stays in rotation, as in nginx (taking it out
+// would refuse every request for fail_timeout), but is shown "failing" once
+// max_fails dials in a row failed.
 func (b *Broker) addrResult(u *upstreamState, a *addrState, err error, now time.Time) {
 	a.probing = false
 	if err == nil {
-		if !a.downUntil.IsZero() {
-			b.log.Info("upstream address back in rotation", "upstream", u.cfg.Name, "address", a.addr)
+		if !a.downUntil.IsZero() || a.fails >= u.cfg.MaxFails {
+			b.log.Info("upstream address back in rotation", "upstream", u.cfg.Name, "address", a.addr.String())
 		}
 		a.fails, a.downUntil = 0, time.Time{}
 		return
@@ -347,11 +360,16 @@ func (b *Broker) addrResult(u *upstreamState, a *addrState, err error, now time.
 	a.failures++
 	a.fails++
 	a.lastError = err.Error()
-	if len(u.addrs) > 1 && a.fails >= u.cfg.MaxFails {
+	switch {
+	case a.fails < u.cfg.MaxFails:
+	case len(u.addrs) > 1:
 		if a.downUntil.IsZero() {
-			b.log.Warn("upstream address out of rotation", "upstream", u.cfg.Name, "address", a.addr,
+			b.log.Warn("upstream address out of rotation", "upstream", u.cfg.Name, "address", a.addr.String(),
 				"fail_timeout", u.cfg.FailTimeout, "error", err)
 		}
 		a.downUntil = now.Add(u.cfg.FailTimeout)
+	case a.fails == u.cfg.MaxFails:
+		b.log.Warn("upstream address failing; as the upstream's only address it is still dialed", "upstream", u.cfg.Name,
+			"address", a.addr.String(), "fails", a.fails, "error", err)
 	}
 }

@@ -16,10 +16,10 @@ import (
 func testBroker(n int) (*Broker, *upstreamState) {
 	u := config.Upstream{Name: "app", MaxConnections: 4, MaxFails: 2, FailTimeout: 10 * time.Second}
 	for i := 0; i < n; i++ {
-		u.Addresses = append(u.Addresses, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(9000+i)))
+		u.Addresses = append(u.Addresses, config.Address{AddrPort: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(9000+i))})
 	}
 	b := New(hclog.NewNullLogger(), func(any) {})
-	b.Configure([]config.Upstream{u}, 3)
+	b.Configure([]config.Upstream{u}, nil, nil, 3)
 	return b, b.upstreams["app"]
 }
 
@@ -89,15 +89,29 @@ func TestUpstreamRotationAndPassiveHealth(t *testing.T) {
 	}
 }
 
-// As in nginx, an upstream with one address is never taken out.
+// As in nginx, an upstream with one address is never taken out; past
+// max_fails failed dials in a row it shows "failing", and "up" again after
+// a dial that works.
 func TestUpstreamSingleAddressStays(t *testing.T) {
 	b, u := testBroker(1)
 	now := time.Unix(1000, 0)
-	for i := 0; i < 5; i++ {
+	state := func() string { return b.Info(now)[0].Addresses[0].State }
+	b.addrResult(u, u.addrs[0], errors.New("refused"), now)
+	if s := state(); s != "up" {
+		t.Errorf("after 1 failure of max_fails 2: %s, want up", s)
+	}
+	for i := 0; i < 4; i++ {
 		b.addrResult(u, u.addrs[0], errors.New("refused"), now)
 	}
 	if k, ok := u.pick(now, nil); !ok || k != 0 {
 		t.Errorf("single address after failures: %d %v, want it picked", k, ok)
+	}
+	if s := state(); s != "failing" {
+		t.Errorf("after 5 failures: %s, want failing", s)
+	}
+	b.addrResult(u, u.addrs[0], nil, now)
+	if s := state(); s != "up" {
+		t.Errorf("after a dial that worked: %s, want up", s)
 	}
 }
 
@@ -108,10 +122,10 @@ func TestUpstreamReloadKeepsAddressState(t *testing.T) {
 	b.addrResult(u, u.addrs[1], errors.New("refused"), now)
 	b.addrResult(u, u.addrs[1], errors.New("refused"), now)
 	up := u.cfg
-	up.Addresses = append([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8000")}, up.Addresses...)
-	b.Configure([]config.Upstream{up}, 3)
+	up.Addresses = append([]config.Address{{AddrPort: netip.MustParseAddrPort("127.0.0.1:8000")}}, up.Addresses...)
+	b.Configure([]config.Upstream{up}, nil, nil, 3)
 	u = b.upstreams["app"]
-	if len(u.addrs) != 3 || u.addrs[2].addr != up.Addresses[2] || u.addrs[2].downUntil.IsZero() || !u.addrs[0].downUntil.IsZero() {
+	if len(u.addrs) != 3 || u.addrs[2].addr.ap != up.Addresses[2].AddrPort || u.addrs[2].downUntil.IsZero() || !u.addrs[0].downUntil.IsZero() {
 		t.Errorf("after the reload: %+v %+v %+v, want the failed address still out", *u.addrs[0], *u.addrs[1], *u.addrs[2])
 	}
 }

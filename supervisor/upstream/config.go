@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -12,9 +11,11 @@ import (
 
 // Configure matches the upstream table to the configuration, keeping the
 // counts of upstreams that stay and the health of addresses that stay, and
-// (re)starting the active health checks. workers is the worker count that
+// (re)starting the active health checks and the re-resolutions. resolved
+// and resolveErr are what Resolve returned for them: a name missing from
+// resolved keeps the addresses it had. workers is the worker count that
 // max_connections is shared among.
-func (b *Broker) Configure(ups []config.Upstream, workers int) {
+func (b *Broker) Configure(ups []config.Upstream, resolved Resolved, resolveErr error, workers int) {
 	b.workerCount = workers
 	keep := make(map[string]*upstreamState, len(ups))
 	for _, u := range ups {
@@ -22,49 +23,63 @@ func (b *Broker) Configure(ups []config.Upstream, workers int) {
 		if st == nil {
 			st = &upstreamState{}
 		}
-		old := make(map[netip.AddrPort]*addrState, len(st.addrs))
-		for _, a := range st.addrs {
-			old[a.addr] = a
-		}
-		st.addrs = st.addrs[:0:0]
-		for _, ap := range u.Addresses {
-			a := old[ap]
-			if a == nil {
-				a = &addrState{addr: ap}
-			}
-			st.addrs = append(st.addrs, a)
-		}
 		st.cfg = u
+		if u.HasHostNames() {
+			b.applyResolved(st, resolved, resolveErr)
+		}
+		b.setEndpoints(st)
 		keep[u.Name] = st
 	}
-	b.stopHealthChecks()
+	b.stopGoroutines()
 	b.upstreams = keep
 	if b.stopping {
 		return
 	}
 	for _, st := range b.upstreams {
-		if hc := st.cfg.HealthCheck; hc != nil {
+		b.restartHealthCheck(st)
+		if st.cfg.HasHostNames() && st.cfg.ResolveInterval > 0 {
 			ctx, cancel := context.WithCancel(context.Background())
-			st.stopCheck = cancel
-			addrs := slices.Clone(st.cfg.Addresses)
-			go healthCheck(ctx, st.cfg.Name, addrs, *hc, b.post)
+			st.stopResolve = cancel
+			go reresolve(ctx, st.cfg, b.post)
 		}
 	}
 }
 
-// Stop ends every active health check and every retry of a failed dial on
+// restartHealthCheck (re)starts u's active health check, if it has one,
+// on its current endpoints.
+func (b *Broker) restartHealthCheck(u *upstreamState) {
+	if u.stopCheck != nil {
+		u.stopCheck()
+		u.stopCheck = nil
+	}
+	hc := u.cfg.HealthCheck
+	if hc == nil || b.stopping {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	u.stopCheck = cancel
+	eps := make([]endpoint, len(u.addrs))
+	for i, a := range u.addrs {
+		eps[i] = a.addr
+	}
+	go healthCheck(ctx, u.cfg.Name, eps, *hc, b.post)
+}
+
+// Stop ends every active health check, re-resolution and every retry of a failed dial on
 // another address, at shutdown.
 func (b *Broker) Stop() {
 	b.stopping = true
-	b.stopHealthChecks()
+	b.stopGoroutines()
 }
 
-// stopHealthChecks ends every active health check.
-func (b *Broker) stopHealthChecks() {
+// stopGoroutines ends every active health check and re-resolution.
+func (b *Broker) stopGoroutines() {
 	for _, st := range b.upstreams {
-		if st.stopCheck != nil {
-			st.stopCheck()
-			st.stopCheck = nil
+		for _, stop := range []*func(){&st.stopCheck, &st.stopResolve} {
+			if *stop != nil {
+				(*stop)()
+				*stop = nil
+			}
 		}
 	}
 }
@@ -83,10 +98,14 @@ type Info struct {
 }
 
 // AddressInfo is one upstream address's state: "up", "down" (out of rotation
-// for fail_timeout after failed dials), "probing" (one dial tests it after
-// fail_timeout) or "check-failed" (its health check fails).
+// for fail_timeout after failed dials), "failing" (the upstream's only
+// address, still dialed, after max_fails failed dials in a row), "probing"
+// (one dial tests it after fail_timeout) or "check-failed" (its health
+// check fails).
 type AddressInfo struct {
-	Address   string
+	Address string // an IP and port, or "unix:/path"
+	// Host is the configured "name:port" Address was resolved from, or "".
+	Host      string
 	State     string
 	Fails     int // consecutive dial failures
 	Dials     uint64
@@ -104,7 +123,7 @@ func (b *Broker) Info(now time.Time) []Info {
 			Held: u.held, Dialing: u.dialing, Waiting: len(u.waiting), Reclaims: u.reclaims, ShareRefused: u.shareRefuse,
 		}
 		for _, a := range u.addrs {
-			ai := AddressInfo{Address: a.addr.String(), State: "up", Fails: a.fails, Dials: a.dials, Failures: a.failures, LastError: a.lastError}
+			ai := AddressInfo{Address: a.addr.String(), Host: a.addr.host, State: "up", Fails: a.fails, Dials: a.dials, Failures: a.failures, LastError: a.lastError}
 			switch {
 			case a.checkFailed:
 				ai.State = "check-failed"
@@ -114,6 +133,8 @@ func (b *Broker) Info(now time.Time) []Info {
 				ai.State, ai.DownFor = "down", a.downUntil.Sub(now)
 			case !a.downUntil.IsZero():
 				ai.State = "probing" // the next dial probes it
+			case a.fails >= u.cfg.MaxFails:
+				ai.State = "failing"
 			}
 			ui.Addresses = append(ui.Addresses, ai)
 		}

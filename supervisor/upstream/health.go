@@ -3,8 +3,8 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
-	"net/netip"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
@@ -18,24 +18,17 @@ import (
 // HealthResult is one probe's outcome, posted to the loop.
 type HealthResult struct {
 	upstream string
-	addr     netip.AddrPort
+	addr     endpoint
 	err      error // nil when healthy
 }
 
 // healthCheck probes addrs until ctx ends, posting each verdict.
-func healthCheck(ctx context.Context, name string, addrs []netip.AddrPort, hc config.HealthCheck, post func(any)) {
-	client := &http.Client{
-		Timeout:   hc.Timeout,
-		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
-		// A redirect is an answer, not something to follow.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	defer client.CloseIdleConnections()
+func healthCheck(ctx context.Context, name string, addrs []endpoint, hc config.HealthCheck, post func(any)) {
 	t := time.NewTicker(hc.Interval)
 	defer t.Stop()
 	for {
 		for _, a := range addrs {
-			err := probe(ctx, client, a, hc.Path)
+			err := probe(ctx, a, hc)
 			if ctx.Err() != nil {
 				return
 			}
@@ -49,9 +42,24 @@ func healthCheck(ctx context.Context, name string, addrs []netip.AddrPort, hc co
 	}
 }
 
-// probe sends one health check request to addr.
-func probe(ctx context.Context, client *http.Client, addr netip.AddrPort, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr.String()+path, nil)
+// probe sends one health check request to addr. A Unix socket is asked for
+// Host "localhost", as nginx's `proxy_pass http://unix:/path:` does.
+func probe(ctx context.Context, addr endpoint, hc config.HealthCheck) error {
+	var d net.Dialer
+	client := &http.Client{
+		Timeout: hc.Timeout,
+		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, addr.network(), addr.address())
+			}},
+		// A redirect is an answer, not something to follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	host := addr.ap.String()
+	if addr.unix != "" {
+		host = "localhost"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+hc.Path, nil)
 	if err != nil {
 		return err
 	}
@@ -80,9 +88,9 @@ func (b *Broker) HealthChecked(r HealthResult, now time.Time) {
 		failed := r.err != nil
 		if failed != a.checkFailed {
 			if failed {
-				b.log.Warn("upstream address failed its health check", "upstream", u.cfg.Name, "address", a.addr, "error", r.err)
+				b.log.Warn("upstream address failed its health check", "upstream", u.cfg.Name, "address", a.addr.String(), "error", r.err)
 			} else {
-				b.log.Info("upstream address passed its health check", "upstream", u.cfg.Name, "address", a.addr)
+				b.log.Info("upstream address passed its health check", "upstream", u.cfg.Name, "address", a.addr.String())
 			}
 		}
 		a.checkFailed = failed

@@ -42,8 +42,8 @@ func TestBrokerBudgetReclaimAndGone(t *testing.T) {
 	results := make(chan any, 4)
 	b := New(hclog.NewNullLogger(), func(r any) { results <- r })
 	up := config.Upstream{Name: "app", MaxConnections: 2, MaxFails: 1, FailTimeout: time.Second, ConnectTimeout: 5 * time.Second,
-		Addresses: []netip.AddrPort{netip.MustParseAddrPort(ln.Addr().String())}}
-	b.Configure([]config.Upstream{up}, 2) // a share of 1
+		Addresses: []config.Address{{AddrPort: netip.MustParseAddrPort(ln.Addr().String())}}}
+	b.Configure([]config.Upstream{up}, nil, nil, 2) // a share of 1
 	now := time.Unix(1000, 0)
 	finish := func() {
 		t.Helper()

@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/worker"
 	"github.com/hashicorp/go-hclog"
@@ -150,7 +151,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 		switch {
 		case errors.Is(err, supervisor.ErrBind):
 			return fail(ExitBind, err)
-		case errors.Is(err, supervisor.ErrCertificates), errors.Is(err, supervisor.ErrHelloTooLarge):
+		case errors.Is(err, secrets.ErrCertificates), errors.Is(err, supervisor.ErrHelloTooLarge):
 			return fail(ExitConfig, err)
 		}
 		return fail(ExitError, err)

@@ -400,7 +400,11 @@ func printUpstreams(w io.Writer, us []adminapi.Upstream) error {
 			if a.LastError != "" {
 				lastErr = safe(a.LastError)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", safe(u.Name), safe(a.Address), state, a.Fails, a.Dials, a.Failures, lastErr)
+			addr := safe(a.Address)
+			if a.Host != "" {
+				addr += " (" + safe(a.Host) + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", safe(u.Name), addr, state, a.Fails, a.Dials, a.Failures, lastErr)
 		}
 	}
 	if err := tw.Flush(); err != nil {

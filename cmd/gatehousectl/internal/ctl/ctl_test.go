@@ -195,6 +195,8 @@ func TestUpstreamsTable(t *testing.T) {
 		Addresses: []adminapi.UpstreamAddress{
 			{Address: "127.0.0.1:9000", State: "up", Dials: 10},
 			{Address: "127.0.0.1:9001", State: "down", Fails: 1, Dials: 3, Failures: 1, DownForSeconds: 7.2, LastError: "connect: connection refused"},
+			{Address: "127.0.0.1:9002", Host: "localhost:9002", State: "up"},
+			{Address: "unix:/run/app.sock", State: "failing", Fails: 2, Dials: 2, Failures: 2},
 		},
 	}}})
 	out, errs, code := run([]string{"-socket", sock, "upstreams"}, nil)
@@ -204,7 +206,8 @@ func TestUpstreamsTable(t *testing.T) {
 	if r := <-reqs; r.Command != adminapi.CmdUpstreams {
 		t.Errorf("sent %q, want %q", r.Command, adminapi.CmdUpstreams)
 	}
-	for _, want := range []string{"UPSTREAM", "127.0.0.1:9000", "down (7s left)", `"connect: connection refused"`, "PER WORKER"} {
+	for _, want := range []string{"UPSTREAM", "127.0.0.1:9000", "down (7s left)", `"connect: connection refused"`, "PER WORKER",
+		"127.0.0.1:9002 (localhost:9002)", "failing"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("upstreams output lacks %q:\n%s", want, out)
 		}

@@ -1,4 +1,4 @@
-package ipc
+package sysio
 
 import (
 	"unsafe"
@@ -6,17 +6,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The channel's calls are made without the runtime's system-call
-// bookkeeping: every one passes MSG_DONTWAIT and so never blocks, and a call
-// counted as blocking wakes the runtime's monitor from its deep sleep and
-// lets it hand the caller's processor to another thread when the call
-// outlasts its 20 µs tick (a worker has one processor; the dispatcher's
-// loop runs on one).
-
-// recvmsg is recvmsg(2) without the sender's address: unix.Recvmsg decodes
-// it into a Sockaddr, a heap allocation per frame, and a connected
-// socketpair's sender is known anyway. flags must include MSG_DONTWAIT.
-func recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err error) {
+// Recvmsg is recvmsg(2) of one buffer and its control data, with flags and
+// MSG_DONTWAIT, without the sender's address: a connected socketpair's
+// sender is known.
+func Recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err error) {
 	var iov unix.Iovec
 	if len(p) > 0 {
 		iov.Base = &p[0]
@@ -36,9 +29,9 @@ func recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err erro
 	return int(r), int(msg.Controllen), int(msg.Flags), nil
 }
 
-// sendmsg is sendmsg(2) to the connected peer. flags must include
-// MSG_DONTWAIT.
-func sendmsg(fd int, p, oob []byte, flags int) error {
+// Sendmsg is sendmsg(2) of one buffer and its control data to the
+// connected peer, with flags and MSG_DONTWAIT.
+func Sendmsg(fd int, p, oob []byte, flags int) error {
 	var iov unix.Iovec
 	if len(p) > 0 {
 		iov.Base = &p[0]

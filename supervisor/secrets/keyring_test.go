@@ -1,7 +1,16 @@
-package supervisor
+package secrets
 
 import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +19,35 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/config"
 )
+
+// writeKeyPair writes a self-signed certificate for name and its key under
+// dir, as NAME.pem and NAME.key.
+func writeKeyPair(t *testing.T, dir, name string, rsaKey bool) {
+	t.Helper()
+	var key crypto.Signer
+	var err error
+	if rsaKey {
+		key, err = rsa.GenerateKey(rand.Reader, 2048)
+	} else {
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p8, _ := x509.MarshalPKCS8PrivateKey(key)
+	if err := os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // keysConfig is a configuration with one TLS listener whose certificates
 // are named names, each read from NAME.test.pem and NAME.test.key in dir.
@@ -36,16 +74,16 @@ func TestKeyringReload(t *testing.T) {
 	writeKeyPair(t, dir, "a.test", false)
 	writeKeyPair(t, dir, "b.test", true)
 	cfg := keysConfig(t, dir, "a", "b")
-	start, err := loadKeyring(cfg)
+	start, err := Load(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(1_000_000, 0)
 
 	// Nothing changed: the same certificates, no failure.
-	same, err := buildKeyring(cfg, start, nil, t0)
-	if err != nil || len(same.failed) != 0 || !sameCertificates(start, same) {
-		t.Fatalf("an unchanged reload: %v, failed %v, same %v", err, same.failures(), sameCertificates(start, same))
+	same, err := Reload(cfg, start, nil, t0)
+	if err != nil || len(same.failed) != 0 || !Same(start, same) {
+		t.Fatalf("an unchanged reload: %v, failed %v, same %v", err, same.Failures(), Same(start, same))
 	}
 
 	// a's file damaged at line 3, b renewed.
@@ -54,7 +92,7 @@ func TestKeyringReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeKeyPair(t, dir, "b.test", true)
-	k, err := buildKeyring(cfg, same, nil, t0)
+	k, err := Reload(cfg, same, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,13 +106,13 @@ func TestKeyringReload(t *testing.T) {
 	if string(k.certs[1].Chain[0]) == string(start.certs[1].Chain[0]) || k.info[1].Loaded != t0 {
 		t.Errorf("b was not reloaded")
 	}
-	if sameCertificates(start, k) {
+	if Same(start, k) {
 		t.Errorf("a renewed certificate counts as the same")
 	}
 
 	// Still failing later: the failure keeps its start.
-	k2, err := buildKeyring(cfg, k, nil, t0.Add(time.Hour))
-	if err != nil || len(k2.failed) != 1 || !k2.failed[0].Since.Equal(t0) || !sameCertificates(k, k2) {
+	k2, err := Reload(cfg, k, nil, t0.Add(time.Hour))
+	if err != nil || len(k2.failed) != 1 || !k2.failed[0].Since.Equal(t0) || !Same(k, k2) {
 		t.Fatalf("failing again: %v %+v", err, k2.failed)
 	}
 
@@ -83,14 +121,14 @@ func TestKeyringReload(t *testing.T) {
 	other := t.TempDir()
 	writeKeyPair(t, other, "a.test", false)
 	os.Rename(filepath.Join(other, "a.test.key"), filepath.Join(dir, "a.test.key"))
-	k3, err := buildKeyring(cfg, k2, nil, t0)
+	k3, err := Reload(cfg, k2, nil, t0)
 	if err != nil || len(k3.failed) != 1 || !strings.Contains(k3.failed[0].Error, "does not match") {
 		t.Fatalf("a mismatched key: %v %+v", err, k3.failed)
 	}
 
 	// Fixed: loaded, and no failure is left.
 	writeKeyPair(t, dir, "a.test", false)
-	k4, err := buildKeyring(cfg, k3, nil, t0)
+	k4, err := Reload(cfg, k3, nil, t0)
 	if err != nil || len(k4.failed) != 0 || string(k4.certs[0].Chain[0]) == string(start.certs[0].Chain[0]) {
 		t.Fatalf("fixed: %v %+v", err, k4.failed)
 	}
@@ -98,14 +136,14 @@ func TestKeyringReload(t *testing.T) {
 	// A new certificate that does not load is not served; a listener
 	// left with none fails the reload; at start, any failure does.
 	withC := keysConfig(t, dir, "a", "b", "c")
-	k5, err := buildKeyring(withC, k4, nil, t0)
+	k5, err := Reload(withC, k4, nil, t0)
 	if err != nil || len(k5.certs) != 2 || len(k5.failed) != 1 || k5.failed[0].Kept || !strings.Contains(k5.failed[0].Error, "c.test.pem") {
 		t.Fatalf("a new certificate whose files are missing: %v %+v", err, k5.failed)
 	}
-	if _, err := buildKeyring(keysConfig(t, dir, "c"), k4, nil, t0); err == nil || !strings.Contains(err.Error(), "no certificate could be loaded") {
+	if _, err := Reload(keysConfig(t, dir, "c"), k4, nil, t0); err == nil || !strings.Contains(err.Error(), "no certificate could be loaded") {
 		t.Errorf("a listener with no certificate: %v", err)
 	}
-	if _, err := loadKeyring(withC); err == nil || !strings.Contains(err.Error(), "keys.hcl:") {
+	if _, err := Load(withC); err == nil || !strings.Contains(err.Error(), "keys.hcl:") {
 		t.Errorf("at start: %v", err)
 	}
 }

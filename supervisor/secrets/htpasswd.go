@@ -1,14 +1,15 @@
-package supervisor
+package secrets
 
 import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
 )
 
-// htpasswdFiles are the htpasswd entries for a worker's Hello, one message
-// per file: workers cannot open the files, the configuration read them
-// (at start, and on every reload, so a changed file replaces the workers).
-func htpasswdFiles(cfg *config.Config) []*proto.HtpasswdFile {
+// Htpasswd is the htpasswd entries of cfg's basic auth for a worker's
+// Hello, one message per file: workers cannot open the files, the
+// supervisor's configuration read them (at start, and on every reload, so
+// a changed file replaces the workers).
+func Htpasswd(cfg *config.Config) []*proto.HtpasswdFile {
 	var files []*proto.HtpasswdFile
 	seen := map[string]bool{}
 	for _, r := range cfg.Routes {

@@ -1,4 +1,9 @@
-package supervisor
+// Package secrets holds what the supervisor reads as its own account for
+// workers that may not read it (docs/DESIGN.md §9): the TLS listeners'
+// certificates and private keys, and the signatures made with them for a
+// worker's handshake; and the htpasswd entries of basic auth. It never
+// imports the loop: the loop keeps each connection's Grant and asks.
+package secrets
 
 import (
 	"bytes"
@@ -17,27 +22,28 @@ import (
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 )
 
-// keyring is the certificates and private keys of the TLS listeners, read
-// at start and again on every reload. Immutable once built: the signing
-// goroutines read it, and each worker signs with the keyring it was started
-// with (docs/DESIGN.md §9).
-type keyring struct {
+// Ring is the certificates and private keys of the TLS listeners, read at
+// start and again on every reload. Immutable once built: the signing
+// goroutines read it, and each worker signs with the ring it was started
+// with (docs/DESIGN.md §9). A nil Ring has no certificate.
+type Ring struct {
 	certs []*proto.TLSCertificate // for Hello, by key id
 	keys  []crypto.Signer         // by key id
 	info  []CertificateInfo       // for Snapshot
 	picks []*tls.Certificate      // by key id, for clienthello.Pick
 	// listeners are each TLS listener's certificates, in Hello's order, as
 	// the choice of a handshake's certificate takes them.
-	listeners map[string]*listenerCerts
+	listeners map[string]*Listener
 	// failed are the certificates the last reload could not load.
 	failed []CertificateError
 }
 
-// listenerCerts are one listener's certificates, its default first: their
-// key ids and their chains for clienthello.Pick.
-type listenerCerts struct {
+// Listener is one TLS listener's certificates, its default first: their
+// key ids, their chains for clienthello.Pick and their public keys.
+type Listener struct {
 	ids   []uint16
 	picks []*tls.Certificate
+	pubs  []crypto.PublicKey
 }
 
 // maxCertificates bounds the certificates of a configuration, so that a
@@ -69,17 +75,17 @@ type CertificateError struct {
 	Since time.Time
 }
 
-// ErrCertificates is returned by New when a TLS certificate or key does
+// ErrCertificates is returned by Load, and so by supervisor.New, when a TLS certificate or key does
 // not load. config.Load with its host checks reports the same problems
 // first, so it happens only when a file changed in between; like them, it
 // is a configuration error.
 var ErrCertificates = errors.New("supervisor: loading TLS certificates")
 
-// loadKeyring reads the certificate chains and keys of cfg's TLS listeners
-// at start, where every one must load. The error lists every failure, each
+// Load reads the certificate chains and keys of cfg's TLS listeners at
+// start, where every one must load. The error lists every failure, each
 // naming its certificate block's file:line.
-func loadKeyring(cfg *config.Config) (*keyring, error) {
-	k, err := buildKeyring(cfg, nil, nil, time.Now())
+func Load(cfg *config.Config) (*Ring, error) {
+	k, err := Reload(cfg, nil, nil, time.Now())
 	if err == nil && len(k.failed) > 0 {
 		msgs := make([]string, len(k.failed))
 		for i, f := range k.failed {
@@ -90,19 +96,19 @@ func loadKeyring(cfg *config.Config) (*keyring, error) {
 	return k, err
 }
 
-// buildKeyring reads the certificates and keys of cfg's TLS listeners as
-// the account as (nil: the calling process), with config.LoadKeyPair, the
-// code `gatehouse -check` runs. One that fails to load keeps old's for the
-// same listener and name, if any, and is listed in failed; a listener left
+// Reload reads the certificates and keys of cfg's TLS listeners as the
+// account as (nil: the calling process), with config.LoadKeyPair, the code
+// `gatehouse -check` runs. One that fails to load keeps old's for the same
+// listener and name, if any, and is listed in Failures; a listener left
 // with no certificate at all is an error.
-func buildKeyring(cfg *config.Config, old *keyring, as *sandbox.Account, now time.Time) (*keyring, error) {
-	k := &keyring{listeners: map[string]*listenerCerts{}}
+func Reload(cfg *config.Config, old *Ring, as *sandbox.Account, now time.Time) (*Ring, error) {
+	k := &Ring{listeners: map[string]*Listener{}}
 	for _, l := range cfg.Listeners {
 		if l.TLS == nil {
 			continue
 		}
 		n := 0
-		lc := &listenerCerts{}
+		lc := &Listener{}
 		k.listeners[l.Name] = lc
 		for _, c := range l.TLS.Certificates {
 			var chain [][]byte
@@ -132,6 +138,7 @@ func buildKeyring(cfg *config.Config, old *keyring, as *sandbox.Account, now tim
 			pick := clienthello.Certificate(chain, leaf)
 			lc.ids = append(lc.ids, uint16(len(k.keys)))
 			lc.picks = append(lc.picks, pick)
+			lc.pubs = append(lc.pubs, key.Public())
 			k.picks = append(k.picks, pick)
 			k.certs = append(k.certs, &proto.TLSCertificate{Listener: l.Name, Name: c.Name, Chain: chain, KeyId: uint32(len(k.keys))})
 			k.keys = append(k.keys, key)
@@ -145,8 +152,8 @@ func buildKeyring(cfg *config.Config, old *keyring, as *sandbox.Account, now tim
 	return k, nil
 }
 
-// listener returns the certificates of the listener named name, or nil.
-func (k *keyring) listener(name string) *listenerCerts {
+// Listener returns the certificates of the TLS listener named name, or nil.
+func (k *Ring) Listener(name string) *Listener {
 	if k == nil {
 		return nil
 	}
@@ -154,7 +161,7 @@ func (k *keyring) listener(name string) *listenerCerts {
 }
 
 // find returns the index of the certificate of listener named name, or -1.
-func (k *keyring) find(listener, name string) int {
+func (k *Ring) find(listener, name string) int {
 	if k == nil {
 		return -1
 	}
@@ -162,7 +169,7 @@ func (k *keyring) find(listener, name string) int {
 }
 
 // failure returns the failure recorded for a certificate, or nil.
-func (k *keyring) failure(listener, name string) *CertificateError {
+func (k *Ring) failure(listener, name string) *CertificateError {
 	if k == nil {
 		return nil
 	}
@@ -174,11 +181,10 @@ func (k *keyring) failure(listener, name string) *CertificateError {
 	return nil
 }
 
-// sameCertificates reports whether workers started with a and with b serve
-// the same certificates with the same keys, so that a reload need not
-// replace them.
-func sameCertificates(a, b *keyring) bool {
-	if len(a.hello()) != len(b.hello()) {
+// Same reports whether workers started with a and with b serve the same
+// certificates with the same keys, so that a reload need not replace them.
+func Same(a, b *Ring) bool {
+	if len(a.Hello()) != len(b.Hello()) {
 		return false
 	}
 	for i, c := range a.certs {
@@ -194,33 +200,25 @@ func sameCertificates(a, b *keyring) bool {
 	return true
 }
 
-// certificates returns what Snapshot reports of the loaded certificates.
-func (k *keyring) certificates() []CertificateInfo {
+// Certificates returns what a snapshot reports of the loaded certificates.
+func (k *Ring) Certificates() []CertificateInfo {
 	if k == nil {
 		return nil
 	}
 	return k.info
 }
 
-// certificateErrors returns the certificates the last reload could not
-// load.
-func (s *Supervisor) certificateErrors() []CertificateError {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	return s.keys.failures()
-}
-
-// failures returns the certificates the last reload could not load.
-func (k *keyring) failures() []CertificateError {
+// Failures returns the certificates the last reload could not load.
+func (k *Ring) Failures() []CertificateError {
 	if k == nil {
 		return nil
 	}
 	return k.failed
 }
 
-// hello returns the certificates for a worker's Hello (none without a
-// keyring: a test's supervisor).
-func (k *keyring) hello() []*proto.TLSCertificate {
+// Hello returns the certificates for a worker's Hello (none without a
+// ring: a test's supervisor).
+func (k *Ring) Hello() []*proto.TLSCertificate {
 	if k == nil {
 		return nil
 	}

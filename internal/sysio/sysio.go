@@ -1,0 +1,14 @@
+// Package sysio is the one copy of gatehouse's raw socket system calls
+// that never block: recv and send on a client socket for the dispatcher,
+// recvmsg and sendmsg on a worker channel for ipc. Every one passes
+// MSG_DONTWAIT, so it returns at once whatever the descriptor's flags.
+//
+// On Linux they are made without the runtime's system-call bookkeeping
+// (RawSyscall): a call counted as blocking wakes the runtime's monitor from
+// its deep sleep, and lets it hand the caller's processor to another thread
+// when the call outlasts its 20 µs tick (a worker has one processor; the
+// dispatcher's loop runs on one). Nor do they take the peer's address:
+// unix.Recvfrom and unix.Recvmsg decode it into a Sockaddr, a heap
+// allocation per call, and the callers know their peers already. Elsewhere
+// they are x/sys/unix's calls.
+package sysio
