@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +43,9 @@ type Cluster struct {
 	SecretFile string
 	// KeyPrefix starts every key gatehouse writes (default "gatehouse:").
 	KeyPrefix string
-	// Instance names this instance in the store and the logs (default:
-	// the host name).
+	// Instance names this instance in the store and the logs; "" stands
+	// for the host name, which the supervisor reads (a sandboxed worker
+	// re-parsing the file may not).
 	Instance string
 	// StoreTimeout is the longest a request waits for the store's rate
 	// decision before the local bucket decides (1ms..1s, default 5ms).
@@ -98,15 +98,11 @@ func (d *decoder) cluster(b *hcl.Block, base string) *Cluster {
 		}
 		c.KeyPrefix = s
 	}
-	c.Instance, _ = os.Hostname()
 	if s, rng, ok := stringAttr(d, attrs, "instance", "cluster.instance"); ok {
 		if s == "" || len(s) > 64 || hasCTL(s) || strings.ContainsAny(s, " ") {
 			d.errorf(rng, "Invalid value", "cluster.instance must be a name of 1 to 64 bytes with no space or control character, got %q.", s)
 		}
 		c.Instance = s
-	}
-	if c.Instance == "" {
-		c.Instance = "gatehouse"
 	}
 	durationAttr(d, attrs, "store_timeout", "cluster.store_timeout", time.Millisecond, time.Second, &c.StoreTimeout)
 	return c

@@ -35,7 +35,7 @@ func TestClusterBlock(t *testing.T) {
 	}
 
 	c := mustParse(t, minimal+"cluster {\n  address = \"rediss://store.internal/3\"\n}\n").Cluster
-	if c.Address != "store.internal:6379" || !c.TLS || c.DB != 3 || c.KeyPrefix != "gatehouse:" || c.StoreTimeout != DefaultStoreTimeout || c.Instance == "" {
+	if c.Address != "store.internal:6379" || !c.TLS || c.DB != 3 || c.KeyPrefix != "gatehouse:" || c.StoreTimeout != DefaultStoreTimeout || c.Instance != "" {
 		t.Fatalf("Cluster from a URL = %+v", c)
 	}
 }

@@ -86,6 +86,13 @@ func Start(cfg *config.Cluster, log hclog.Logger, post func(any)) (*Store, error
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Instance == "" {
+		c := *cfg
+		if c.Instance, _ = os.Hostname(); c.Instance == "" {
+			c.Instance = "gatehouse"
+		}
+		cfg = &c
+	}
 	redis.SetLogger(quietLogger{log})
 	opt := &redis.Options{
 		Addr:      cfg.Address,
