@@ -183,6 +183,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.penaltyShared(m, now)
 	case cluster.State:
 		d.storeState(m, now)
+	case cluster.TicketKeys:
+		d.sharedTickets(m, now)
 	}
 }
 

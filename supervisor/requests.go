@@ -222,6 +222,11 @@ func (d *dispatcher) storeState(m cluster.State, now time.Time) {
 		return
 	}
 	d.log.Warn("cluster store unreachable: rate limits and penalties are this instance's own until it is back", "store", d.store.Address(), "error", m.Err)
+	if d.tickets.shared {
+		// The shared keys stay in use; this instance rotates its own
+		// from an hour on, should the store stay away that long.
+		d.tickets.shared, d.tickets.rotated = false, now
+	}
 	d.ratePending.Expire(now.Add(time.Hour), d.rateUnanswered)
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
 	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"golang.org/x/sys/unix"
 )
@@ -209,18 +210,36 @@ const ticketRotation = time.Hour
 type ticketKeys struct {
 	keys    [][]byte
 	rotated time.Time
+	// shared: the keys are the cluster store's (cluster.TicketKeys), which
+	// one instance rotates for all; this one does not rotate them.
+	shared bool
 }
 
 // rotateTickets makes a new session ticket key, keeps the previous one and
-// sends both to every worker. Without TLS listeners it does nothing.
+// sends both to every worker. Without TLS listeners, or while the keys are
+// the cluster's, it does nothing.
 func (d *dispatcher) rotateTickets(now time.Time) {
-	if len(d.keys.Hello()) == 0 {
+	if len(d.keys.Hello()) == 0 || d.tickets.shared {
 		return
 	}
 	k := make([]byte, 32)
 	rand.Read(k)
 	d.tickets.keys = append([][]byte{k}, d.tickets.keys[:min(1, len(d.tickets.keys))]...)
 	d.tickets.rotated = now
+	d.sendTickets()
+}
+
+// sharedTickets takes the cluster store's ticket keys, so a session made on
+// any instance resumes on this one.
+func (d *dispatcher) sharedTickets(m cluster.TicketKeys, now time.Time) {
+	d.tickets.keys, d.tickets.shared, d.tickets.rotated = m.Keys, true, now
+	if len(d.keys.Hello()) > 0 {
+		d.sendTickets()
+	}
+}
+
+// sendTickets sends the ticket keys to every worker.
+func (d *dispatcher) sendTickets() {
 	for _, w := range d.workers {
 		if w.ch != nil && w.state != workerDead {
 			d.send(w, &proto.Frame{Body: &proto.Frame_TicketKeys{TicketKeys: &proto.TicketKeys{Keys: d.tickets.keys}}}, -1)
@@ -230,7 +249,7 @@ func (d *dispatcher) rotateTickets(now time.Time) {
 
 // ticketDeadline is when the ticket keys rotate next (zero: never).
 func (d *dispatcher) ticketDeadline() time.Time {
-	if d.tickets.rotated.IsZero() {
+	if d.tickets.rotated.IsZero() || d.tickets.shared {
 		return time.Time{}
 	}
 	return d.tickets.rotated.Add(ticketRotation)

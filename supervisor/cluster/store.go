@@ -226,6 +226,14 @@ func (s *Store) connect() error {
 	if err := s.loadPenalties(ctx); err != nil {
 		return fmt.Errorf("reading penalties: %w", err)
 	}
+	if s.tickets != nil {
+		var re redis.Error
+		if err := s.tickets.tick(ctx, s); errors.As(err, &re) {
+			s.log.Warn("cluster store refused a call", "error", err)
+		} else if err != nil {
+			return fmt.Errorf("reading the ticket keys: %w", err)
+		}
+	}
 	for {
 		select {
 		case <-s.fail: // a failure from before this connection
