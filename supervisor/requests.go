@@ -235,6 +235,6 @@ func (d *dispatcher) clusterSnapshot(s *Snapshot) {
 	if d.store == nil {
 		return
 	}
-	s.Cluster = &ClusterInfo{Instance: d.store.Instance(), Address: d.store.Address(), Up: d.storeUp, Since: d.storeSince, Error: d.storeErr, SharedTickets: d.store.SharesTickets()}
+	s.Cluster = &ClusterInfo{Instance: d.store.Instance(), Address: d.store.Address(), Up: d.storeUp, Since: d.storeSince, Error: d.storeErr, SharedTickets: d.tickets.shared}
 	s.Counters["client_penalties_shared"] = d.penalties.Imported()
 }

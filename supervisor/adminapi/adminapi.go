@@ -122,8 +122,8 @@ type Cluster struct {
 	Since time.Time `json:"since"`
 	// Error is why the store is down ("" when up).
 	Error string `json:"error,omitempty"`
-	// SharedTickets is true when TLS session ticket keys come from the
-	// store (cluster.secret_file set).
+	// SharedTickets is true while the TLS session ticket keys in use are
+	// the store's (cluster.secret_file set, and read from the store).
 	SharedTickets bool `json:"shared_tickets"`
 }
 

@@ -159,9 +159,6 @@ func (s *Store) Instance() string { return s.cfg.Instance }
 // Address is the store's host:port.
 func (s *Store) Address() string { return s.cfg.Address }
 
-// SharesTickets reports whether ticket keys are shared (secret_file set).
-func (s *Store) SharesTickets() bool { return s.tickets != nil }
-
 // key is name under the configured prefix.
 func (s *Store) key(name string) string { return s.cfg.KeyPrefix + name }
 
