@@ -15,7 +15,7 @@ import (
 // startTLSInstance starts an instance with a TLS listener serving cert,
 // sharing the store r under secret (a file; "" shares no ticket keys, and
 // nil r no store at all).
-func startTLSInstance(t *testing.T, r *redisServer, name string, cert testCert, secret string) *tlsSite {
+func startTLSInstance(t testing.TB, r *redisServer, name string, cert testCert, secret string) *tlsSite {
 	t.Helper()
 	cluster := ""
 	if r != nil {
@@ -48,7 +48,7 @@ listener "https" {
 }
 
 // clusterSecret writes a shared secret readable by root only.
-func clusterSecret(t *testing.T) string {
+func clusterSecret(t testing.TB) string {
 	p := filepath.Join(t.TempDir(), "cluster.secret")
 	if err := os.WriteFile(p, []byte("e2e-cluster-secret-0123456789abcdef0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -117,7 +117,7 @@ route "/attack" {
 // A slow head would not: the dispatcher holds incomplete heads.
 const holdRequest = "POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n"
 
-func docRoot(t *testing.T) string {
+func docRoot(t testing.TB) string {
 	dir := workerReadableTempDir(t)
 	www := filepath.Join(dir, "www")
 	os.MkdirAll(www, 0o755)

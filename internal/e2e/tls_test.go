@@ -37,13 +37,13 @@ type testCert struct {
 // writeCert generates a self-signed certificate for names (ECDSA P-256, or
 // RSA 2048 when rsaKey) under dir, valid for a day. No key is ever
 // committed.
-func writeCert(t *testing.T, dir, file string, rsaKey bool, names ...string) testCert {
+func writeCert(t testing.TB, dir, file string, rsaKey bool, names ...string) testCert {
 	t.Helper()
 	return writeCertUntil(t, dir, file, rsaKey, time.Now().Add(24*time.Hour), names...)
 }
 
 // writeCertUntil is writeCert of a certificate that expires at notAfter.
-func writeCertUntil(t *testing.T, dir, file string, rsaKey bool, notAfter time.Time, names ...string) testCert {
+func writeCertUntil(t testing.TB, dir, file string, rsaKey bool, notAfter time.Time, names ...string) testCert {
 	t.Helper()
 	var key crypto.Signer
 	var err error
@@ -59,7 +59,7 @@ func writeCertUntil(t *testing.T, dir, file string, rsaKey bool, notAfter time.T
 }
 
 // writeCertKey is writeCertUntil with key.
-func writeCertKey(t *testing.T, dir, file string, key crypto.Signer, notAfter time.Time, names ...string) testCert {
+func writeCertKey(t testing.TB, dir, file string, key crypto.Signer, notAfter time.Time, names ...string) testCert {
 	t.Helper()
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(time.Now().UnixNano()),

@@ -76,7 +76,7 @@ listener "https384" {
 
 // get fetches /ok over TLS with cfg from addr, checks that the server's
 // certificate is want's and reports whether the session resumed.
-func get(t *testing.T, addr string, cfg *tls.Config, want string) bool {
+func get(t testing.TB, addr string, cfg *tls.Config, want string) bool {
 	t.Helper()
 	c, err := tls.Dial("tcp", addr, cfg)
 	if err != nil {
