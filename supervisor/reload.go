@@ -199,6 +199,9 @@ func (d *dispatcher) reload(m reloadMsg, now time.Time) {
 	d.s.access.Set(m.accessFD)
 	d.upstreams.Configure(d.cfg.Upstreams, m.resolved, m.resolveErr, d.cfg.Workers.Count)
 	d.limiter.SetMax(d.cfg.RateLimitEntries)
+	if !sameCluster(old.Cluster, d.cfg.Cluster) {
+		d.log.Warn("the cluster block changed; it is read at start: the running link to the store is kept until a restart")
+	}
 	l := d.cfg.Limits
 	d.penalties.Configure(l.DeathPenaltyThreshold, l.DeathPenaltyDuration, l.DeathPenaltyMaxClients)
 	oldKeys := d.keys
@@ -311,4 +314,10 @@ func answersOf(c *config.Config) []listenerAnswers {
 
 func workersNeedReplacing(a, b *config.Config) bool {
 	return !reflect.DeepEqual(viewOf(a), viewOf(b))
+}
+
+// sameCluster reports whether two cluster blocks are the same (both nil:
+// no store).
+func sameCluster(a, b *config.Cluster) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }

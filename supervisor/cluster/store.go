@@ -112,7 +112,6 @@ func Start(cfg *config.Cluster, log hclog.Logger, post func(any)) (*Store, error
 		MinIdleConns:          connIdleConns,
 		PoolTimeout:           callTimeout,
 		DisableIdentity:       true,
-		ClientName:            "gatehouse:" + cfg.Instance,
 		MaintNotificationsConfig: &maintnotifications.Config{
 			Mode: maintnotifications.ModeDisabled,
 		},

@@ -242,3 +242,31 @@ func TestClientsTable(t *testing.T) {
 		t.Errorf("bodies row %q", lines[3])
 	}
 }
+
+// The cluster line says whether the store is shared or down, and why.
+func TestStatusCluster(t *testing.T) {
+	since := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		c    adminapi.Cluster
+		want string
+	}{
+		{adminapi.Cluster{Instance: "edge-1", Address: "10.0.0.5:6379", Up: true, Since: since, SharedTickets: true},
+			"instance edge-1, store 10.0.0.5:6379 up: rate limits and penalties shared since 2026-12-03T08:00:00Z; ticket keys shared"},
+		{adminapi.Cluster{Instance: "edge-1", Address: "10.0.0.5:6379", Since: since, Error: "dial tcp: connection refused"},
+			`DOWN ("dial tcp: connection refused"): rate limits and penalties are this instance's own since 2026-12-03T08:00:00Z; ticket keys per instance`},
+	} {
+		c := tc.c
+		sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Status: &adminapi.Status{Version: "v1", Cluster: &c}})
+		out, errs, code := run([]string{"-socket", sock, "status"}, nil)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("status lacks %q:\n%s", tc.want, out)
+		}
+	}
+	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Status: &adminapi.Status{Version: "v1"}})
+	if out, _, _ := run([]string{"-socket", sock, "status"}, nil); strings.Contains(out, "cluster") {
+		t.Errorf("a status without a cluster block shows one:\n%s", out)
+	}
+}
