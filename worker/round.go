@@ -17,6 +17,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/compress"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
@@ -227,7 +228,7 @@ type connServer struct {
 	respHeader http.Header
 	pendingBuf []byte
 	reqBody    body
-	cz         compressWriter // a compressing route's writer
+	cz         compress.Writer // a compressing route's writer
 
 	fd        int                  // the connection's descriptor, or -1; owned by nc
 	tls       bool                 // nc is a TLS connection

@@ -72,10 +72,10 @@ func (cs *connServer) runHandler(rt *route, rw *response, req *http.Request) (ok
 		return true
 	}
 	cz := &cs.cz
-	defer cz.end()
-	serve(rt, cz.start(rw, req, rt.compress), req)
+	defer cz.End()
+	serve(rt, cz.Start(rw, req, rt.compress), req)
 	if !cs.upgraded {
-		if err := cz.finish(); err != nil {
+		if err := cz.Finish(); err != nil {
 			cs.w.log.Debug("compressing a response", "path", req.URL.Path, "error", err)
 		}
 	}

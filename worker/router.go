@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/worker/compress"
 	"github.com/gatehouse-dev/gatehouse/worker/static"
 )
 
@@ -54,7 +55,7 @@ type route struct {
 	// body cap applies (https_redirect, redirect).
 	headOnly bool
 	// compress compresses the responses on the fly; nil: never.
-	compress *compression
+	compress *compress.Policy
 	// access is the route's allow and deny list (nil: every address).
 	access []config.AccessRule
 	// auth asks for basic auth credentials (nil: none).
@@ -66,7 +67,7 @@ type route struct {
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
 	rt := &router{pages: w.newErrorPages(cfg.ErrorPages, nil, roots)}
-	pools := encoderPools{}
+	pools := compress.Pools{}
 	for _, r := range cfg.Routes {
 		pages := w.newErrorPages(cfg.ErrorPages, r.ErrorPages, roots)
 		var h http.Handler
@@ -106,7 +107,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			rr.slash = &route{prefix: r.Prefix, handler: slashRedirect(r.Prefix), headOnly: true}
 		}
 		if r.Compress != nil {
-			rr.compress = newCompression(r.Compress, pools)
+			rr.compress = compress.New(r.Compress, pools)
 		}
 		if len(r.Hosts) > 0 {
 			rt.addHosts(rr, r.Hosts)
