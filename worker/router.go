@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/worker/access"
 	"github.com/gatehouse-dev/gatehouse/worker/compress"
 	"github.com/gatehouse-dev/gatehouse/worker/static"
 )
@@ -59,7 +60,7 @@ type route struct {
 	// access is the route's allow and deny list (nil: every address).
 	access []config.AccessRule
 	// auth asks for basic auth credentials (nil: none).
-	auth *basicAuth
+	auth *access.BasicAuth
 	// slash answers the prefix without its trailing "/" (slash_redirect),
 	// or is nil.
 	slash *route
@@ -101,7 +102,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			relaysErrors: r.Proxy != nil || r.Embedded != nil || r.Respond != nil && r.Respond.Body != "", maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil && r.Redirect == nil, headOnly: r.Redirect != nil, access: r.Access}
 		if r.BasicAuth != nil {
-			rr.auth = newBasicAuth(r.BasicAuth)
+			rr.auth = access.NewBasicAuth(r.BasicAuth)
 		}
 		if r.SlashRedirect {
 			rr.slash = &route{prefix: r.Prefix, handler: slashRedirect(r.Prefix), headOnly: true}
