@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/worker/compress"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
@@ -429,8 +430,8 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	switch {
 	case serverWideOptions(req):
 		answerServerOptions(rw)
-	case cs.w.preflight(req):
-		cs.w.answerPreflight(rw, req)
+	case site.Preflight(cs.w.cfg.CORS, req):
+		site.AnswerPreflight(cs.w.cfg.CORS, rw)
 	case !cs.allowed(ctx, rw, req):
 		// answered 429 or 503
 	case !cs.admit(ctx, rw, req, rt):

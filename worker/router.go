@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/worker/access"
 	"github.com/gatehouse-dev/gatehouse/worker/compress"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 	"github.com/gatehouse-dev/gatehouse/worker/static"
 )
 
@@ -26,7 +27,7 @@ type router struct {
 	// listener name; immutable.
 	byListener map[string]listenerHTTP
 	// pages are the global error pages, for requests without a route.
-	pages errorPages
+	pages site.ErrorPages
 }
 
 type route struct {
@@ -46,11 +47,11 @@ type route struct {
 	stream bool
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
 	// headers are the route's response header rules.
-	headers headerRules
+	headers site.HeaderRules
 	// pages are its error pages, the global ones included; relaysErrors:
 	// its handler's error responses are another server's (an upstream's,
 	// an embedded handler's, respond's own body), not replaced by them.
-	pages        errorPages
+	pages        site.ErrorPages
 	relaysErrors bool
 	// headOnly: answered from the head alone, the body never read, so no
 	// body cap applies (https_redirect, redirect).
@@ -67,10 +68,10 @@ type route struct {
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
-	rt := &router{pages: w.newErrorPages(cfg.ErrorPages, nil, roots)}
+	rt := &router{pages: site.NewErrorPages(w.log, cfg.ErrorPages, nil, roots)}
 	pools := compress.Pools{}
 	for _, r := range cfg.Routes {
-		pages := w.newErrorPages(cfg.ErrorPages, r.ErrorPages, roots)
+		pages := site.NewErrorPages(w.log, cfg.ErrorPages, r.ErrorPages, roots)
 		var h http.Handler
 		switch {
 		case r.Static != nil:
@@ -86,7 +87,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix, newRequestRules(&r), pages))
+			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix, site.NewRequestRules(&r), pages))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Redirect != nil:
@@ -98,7 +99,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rr := route{prefix: r.Prefix, handler: h, headers: newHeaderRules(r.Headers), pages: pages,
+		rr := route{prefix: r.Prefix, handler: h, headers: site.NewHeaderRules(r.Headers), pages: pages,
 			relaysErrors: r.Proxy != nil || r.Embedded != nil || r.Respond != nil && r.Respond.Body != "", maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil && r.Redirect == nil, headOnly: r.Redirect != nil, access: r.Access}
 		if r.BasicAuth != nil {
