@@ -6,11 +6,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,14 +49,7 @@ const (
 	maxDispatchAge = 10 * time.Second
 	// drainMax bounds the unread request body discarded to keep a
 	// connection alive; a larger remainder closes it instead.
-	drainMax     = 256 << 10
-	readBufSize  = 16 << 10
-	writeBufSize = 8 << 10
-)
-
-var (
-	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
-	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+	drainMax = 256 << 10
 )
 
 // serve runs the rounds of one dispatched connection and hands it back.
@@ -241,14 +232,6 @@ type connServer struct {
 	listener  listenerHTTP         // what the connection's listener adds
 	port      string               // the local port, once asked
 	portAsked bool
-}
-
-// clientConn is a client connection with deadlines: a *transport.Plain, or a TLS
-// connection's *os.File.
-type clientConn interface {
-	io.ReadWriteCloser
-	SetReadDeadline(time.Time) error
-	SetWriteDeadline(time.Time) error
 }
 
 // serve answers requests while input is buffered, up to pipelineRounds in a
