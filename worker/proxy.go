@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -42,14 +43,14 @@ type proxyHandler struct {
 	// cfg.RewritePrefix in the path sent upstream when that is set.
 	base string
 	// rules are the route's request_headers and hide_upstream_headers.
-	rules requestRules
+	rules site.RequestRules
 	// pages are the route's error pages, for upstream_errors and for the
 	// proxy's own 502, 503 and 504.
-	pages errorPages
+	pages site.ErrorPages
 }
 
 // newProxy returns the handler of a proxy route.
-func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string, rules requestRules, pages errorPages) http.Handler {
+func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string, rules site.RequestRules, pages site.ErrorPages) http.Handler {
 	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, base: strings.TrimSuffix(prefix, "/"), rules: rules, pages: pages}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
@@ -85,7 +86,7 @@ func (h *proxyHandler) rewrite(pr *httputil.ProxyRequest) {
 	}
 	stripClientHeaders(pr.Out.Header)
 	h.w.setForwarded(pr)
-	h.rules.request(pr.Out)
+	h.rules.Request(pr.Out)
 }
 
 // stripClientHeaders removes what a client could use to pass for another
@@ -101,8 +102,8 @@ func stripClientHeaders(h http.Header) {
 }
 
 func (h *proxyHandler) modifyResponse(res *http.Response) error {
-	h.pages.interceptUpstream(h.w.log, res)
-	h.rules.response(res)
+	h.pages.InterceptUpstream(h.w.log, res)
+	h.rules.Response(res)
 	if h.cfg.RewriteRedirects {
 		h.pool.rewriteRedirects(res)
 	}
