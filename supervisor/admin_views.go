@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
@@ -61,7 +62,7 @@ func (v adminView) Metrics() (string, error) {
 // status is the admin socket's status of snap.
 func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
 	st := &adminapi.Status{
-		Version:                 Version,
+		Version:                 version.Version,
 		PID:                     os.Getpid(),
 		Started:                 s.Started(),
 		UptimeSeconds:           snap.Time.Sub(s.Started()).Seconds(),

@@ -20,6 +20,7 @@ import (
 	"unicode"
 
 	"github.com/gatehouse-dev/gatehouse/internal/expiry"
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
@@ -47,6 +48,7 @@ const (
 )
 
 const usage = `usage: gatehousectl [-socket PATH] [-json] COMMAND [ARGS]
+       gatehousectl -version
 
 Commands:
   status            version, uptime, listeners, pool and every worker
@@ -75,6 +77,7 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	}
 	socket := fs.String("socket", "", "admin socket `path` (default $"+SocketEnv+", else "+DefaultSocket+")")
 	asJSON := fs.Bool("json", false, "print the reply as JSON")
+	showVersion := fs.Bool("version", false, "print gatehousectl's version and exit (status shows the running gatehouse's)")
 	// Flags may follow the command: parse, take one positional, repeat. A
 	// negative number is an argument, not a flag: `clients -5` asks for the
 	// top five, as `head -5` would.
@@ -98,6 +101,10 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		}
 		pos = append(pos, rest[0])
 		rest = rest[1:]
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "gatehousectl %s\n", version.Version)
+		return ExitOK
 	}
 	if len(pos) == 0 {
 		fmt.Fprint(stderr, usage)

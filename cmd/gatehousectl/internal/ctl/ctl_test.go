@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
@@ -109,6 +111,31 @@ func TestExitStatuses(t *testing.T) {
 	}
 	if _, errs, code := run([]string{"status"}, nil); code != ExitUnreachable || !strings.Contains(errs, DefaultSocket) {
 		t.Errorf("default socket: exit %d, %q", code, errs)
+	}
+}
+
+// -version prints gatehousectl's own version without reaching any socket,
+// and gatehousectl does not link the supervisor to know it.
+func TestVersionFlag(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{{"-version"}, {"-socket", missing, "-version"}, {"status", "-version"}} {
+		out, errs, code := run(args, nil)
+		if code != ExitOK || out != "gatehousectl "+version.Version+"\n" || errs != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list gatehousectl's packages")
+	}
+	deps, err := exec.Command(gobin, "list", "-deps", "github.com/gatehouse-dev/gatehouse/cmd/gatehousectl").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Fields(string(deps)) {
+		if p == "github.com/gatehouse-dev/gatehouse/supervisor" {
+			t.Errorf("gatehousectl links %s", p)
+		}
 	}
 }
 
