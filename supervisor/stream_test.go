@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -89,4 +90,26 @@ func TestStreamBudget(t *testing.T) {
 	h.waitFor("the upgrade released by the kill", func(s Snapshot) bool {
 		return s.Upgrades == 0 && s.Streams == 0 && s.Counters["worker_kills"] == 1
 	})
+}
+
+// What a drain logs counts every connection at a worker, streams outside the
+// pool too: an SSE stream open is not "at_workers=0".
+func TestDrainCountsStreams(t *testing.T) {
+	h := startLoop(t, baseConfig(1, 2, ""))
+	p := h.workers[0]
+	a := h.dial("127.0.0.2")
+	h.send(a)
+	da := h.dispatched(p)
+	if !h.streamStart(p, 1, da.GetConnId(), false) {
+		t.Fatal("stream refused")
+	}
+	b := h.dial("127.0.0.3")
+	h.send(b)
+	h.dispatched(p)
+	var got []any
+	h.inLoop(func(d *dispatcher) { got = d.inFlight() })
+	want := []any{"at_workers", 2, "in_pool", 1, "bodies", 0, "streams", 1, "upgrades", 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("drain fields %v, want %v", got, want)
+	}
 }
