@@ -71,6 +71,7 @@ func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
 		Share:                   snap.Share,
 		AtWorkers:               snap.AtWorkers,
 		Queued:                  snap.Queued,
+		InFirstRequest:          snap.InFirstRequest,
 		Waiting:                 snap.Waiting,
 		HeadBytes:               snap.HeadBytes,
 		Stress:                  snap.Stress,
@@ -113,7 +114,8 @@ func workersOf(snap Snapshot) []adminapi.Worker {
 }
 
 func connsOf(snap Snapshot) *adminapi.Conns {
-	c := &adminapi.Conns{ByState: map[string]int{}, AtWorkers: snap.AtWorkers, Waiting: snap.Waiting, Queued: snap.Queued, Pool: snap.Pool, Share: snap.Share}
+	c := &adminapi.Conns{ByState: map[string]int{}, AtWorkers: snap.AtWorkers, Waiting: snap.Waiting, Queued: snap.Queued,
+		InFirstRequest: snap.InFirstRequest, Pool: snap.Pool, Share: snap.Share}
 	for _, st := range stateNames {
 		c.ByState[st] = 0
 	}

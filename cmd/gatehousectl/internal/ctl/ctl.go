@@ -235,8 +235,8 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "gatehouse\t%s, pid %d, %s, up %s\n", safe(s.Version), s.PID, state, uptime)
 	fmt.Fprintf(tw, "config\t%s\n", safe(cfg))
 	fmt.Fprintf(tw, "listeners\t%s\n", safeJoin(s.Listeners))
-	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %d before a first request\n",
-		s.Pool, s.Share, s.AtWorkers, s.Waiting, s.Queued)
+	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %s\n",
+		s.Pool, s.Share, s.AtWorkers, s.Waiting, firstRequests(s.Queued, s.InFirstRequest))
 	fmt.Fprintf(tw, "worker deaths\t%s\n", deathSummary(s.WorkerDeaths))
 	p := s.Privileges
 	caps := p.Capabilities
@@ -328,7 +328,7 @@ func printWorkers(w io.Writer, ws []adminapi.Worker) error {
 }
 
 // connStates is the order conns prints states in; others follow by name.
-var connStates = []string{"fresh", "idle", "waiting", "at_worker", "linger"}
+var connStates = []string{"proxy", "fresh", "head", "waiting", "at_worker", "idle", "linger"}
 
 func printConns(w io.Writer, c *adminapi.Conns) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -352,9 +352,17 @@ func printConns(w io.Writer, c *adminapi.Conns) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d of %d pool slots at workers (%d per client), %d waiting for a slot, %d before a first request\n",
-		c.AtWorkers, c.Pool, c.Share, c.Waiting, c.Queued)
+	_, err := fmt.Fprintf(w, "\n%d of %d pool slots at workers (%d per client), %d waiting for a slot, %s\n",
+		c.AtWorkers, c.Pool, c.Share, c.Waiting, firstRequests(c.Queued, c.InFirstRequest))
 	return err
+}
+
+// firstRequests says how the connections that have not finished a first
+// request (queued, max_queued_connections' count) stand: before it (not yet
+// sent, or waiting for a slot), or at a worker in it (a long upload, an SSE
+// stream), which is not "before a first request".
+func firstRequests(queued, inFirst int) string {
+	return fmt.Sprintf("%d before a first request, %d in a first request", queued-inFirst, inFirst)
 }
 
 func printClients(w io.Writer, cs []adminapi.Client) error {

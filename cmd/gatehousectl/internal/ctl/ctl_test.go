@@ -266,3 +266,31 @@ func TestClientsTable(t *testing.T) {
 		t.Errorf("bodies row %q", lines[3])
 	}
 }
+
+// conns says how many connections are before a first request and how many
+// at a worker in it (an SSE stream is not "before a first request"), and
+// lists every state the supervisor names in its order.
+func TestConnsTable(t *testing.T) {
+	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Conns: &adminapi.Conns{
+		ByState: map[string]int{"proxy": 1, "fresh": 2, "head": 1, "waiting": 0, "at_worker": 3, "idle": 4, "linger": 0},
+		Total:   11, AtWorkers: 1, Queued: 6, InFirstRequest: 2, Pool: 32, Share: 8,
+	}})
+	out, errs, code := run([]string{"-socket", sock, "conns"}, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "4 before a first request, 2 in a first request") {
+		t.Errorf("conns output:\n%s", out)
+	}
+	prev := -1
+	for _, st := range []string{"proxy", "fresh", "head", "waiting", "at_worker", "idle", "linger", "total"} {
+		i := strings.Index(out, "\n"+st+" ")
+		if i < 0 && strings.HasPrefix(out, st+" ") {
+			i = 0
+		}
+		if i <= prev {
+			t.Errorf("state %s at %d, after %d:\n%s", st, i, prev, out)
+		}
+		prev = i
+	}
+}
