@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -165,6 +166,10 @@ func isNegativeNumber(s string) bool {
 func call(path string, req adminapi.Request) ([]byte, adminapi.Reply, error) {
 	var reply adminapi.Reply
 	c, err := net.DialTimeout("unix", path, dialTimeout)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, reply, fmt.Errorf("nothing answers on gatehouse's admin socket %s: gatehouse is not running "+
+			"(the file is left by one that stopped without the right to remove it, and replaced when gatehouse starts)", path)
+	}
 	if err != nil {
 		return nil, reply, fmt.Errorf("cannot reach gatehouse's admin socket: %w "+
 			"(is gatehouse running with an admin { socket = ... } block, and are you root or its user? Use -socket or $%s.)", err, SocketEnv)

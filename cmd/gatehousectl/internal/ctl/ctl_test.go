@@ -112,6 +112,18 @@ func TestExitStatuses(t *testing.T) {
 	if _, errs, code := run([]string{"status"}, nil); code != ExitUnreachable || !strings.Contains(errs, DefaultSocket) {
 		t.Errorf("default socket: exit %d, %q", code, errs)
 	}
+	// A socket file nothing answers on: gatehouse stopped and could not
+	// remove it.
+	stale := filepath.Join(t.TempDir(), "admin.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	if _, errs, code := run([]string{"-socket", stale, "status"}, nil); code != ExitUnreachable || !strings.Contains(errs, "gatehouse is not running") {
+		t.Errorf("stale socket: exit %d, %q", code, errs)
+	}
 }
 
 // -version prints gatehousectl's own version without reaching any socket,
