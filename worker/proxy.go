@@ -71,8 +71,17 @@ func (h *proxyHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 		dropUpgrade(r.Header)
 	}
-	h.rp.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, abortOnCopyError)))
+	ctx := context.WithValue(r.Context(), http.ServerContextKey, abortOnCopyError)
+	if h.cfg.RewritePrefix != "" {
+		ctx = context.WithValue(ctx, clientPathKey{}, r.URL.Path)
+	}
+	h.rp.ServeHTTP(rw, r.WithContext(ctx))
 }
+
+// clientPathKey carries a proxied request's path as the client asked for it
+// to the error log, where the request at hand is the upstream's, whose path
+// a rewrite_prefix changed.
+type clientPathKey struct{}
 
 // rewrite builds the upstream request: the upstream name as the pool's key
 // (the supervisor dials; the address is not the worker's to choose), the
@@ -125,7 +134,14 @@ func (h *proxyHandler) fail(rw http.ResponseWriter, r *http.Request, err error) 
 	if status == http.StatusServiceUnavailable {
 		level = hclog.Debug // refused by design, counted by the supervisor
 	}
-	h.w.log.Log(level, "proxy error", "upstream", h.pool.up.Name, "status", status, "error", err)
+	// The path, never the query (it may hold tokens), as in the access
+	// log, and the upstream's when a rewrite changed it.
+	fields := []any{"upstream", h.pool.up.Name, "status", status, "path", r.URL.Path}
+	if p, ok := r.Context().Value(clientPathKey{}).(string); ok && p != r.URL.Path {
+		fields[5] = p
+		fields = append(fields, "upstream_path", r.URL.Path)
+	}
+	h.w.log.Log(level, "proxy error", append(fields, "error", err)...)
 	ownAnswer(rw)
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)

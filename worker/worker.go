@@ -345,7 +345,7 @@ func (w *Worker) hello(h *proto.Hello) error {
 	w.calls.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
 	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	if cfg.Log.AccessLog {
-		w.access = accesslog.New(cfg.Log.AccessLogFormat, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
+		w.access = accesslog.New(cfg.Log.AccessLogFormat, cfg.Log.AccessLogQuery, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
 	}
 	return nil
 }

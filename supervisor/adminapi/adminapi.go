@@ -72,8 +72,12 @@ type Status struct {
 	Pool       int      `json:"pool"`
 	Share      int      `json:"share"`
 	AtWorkers  int      `json:"at_workers"`
-	Queued     int      `json:"queued"`
-	Waiting    int      `json:"waiting"`
+	// Queued counts connections that have not finished a first request
+	// (max_queued_connections' count), InFirstRequest those of them out at
+	// a worker in it.
+	Queued         int `json:"queued"`
+	InFirstRequest int `json:"in_first_request"`
+	Waiting        int `json:"waiting"`
 	// HeadBytes is what the dispatcher holds of incomplete request heads.
 	HeadBytes int `json:"head_buffer_bytes"`
 	// Stress reports admission's stress mode, in which the first-byte and
@@ -174,15 +178,19 @@ type Worker struct {
 
 // Conns is the `conns` reply.
 type Conns struct {
-	// ByState counts open connections by state: fresh, idle, waiting,
-	// at_worker, linger.
+	// ByState counts open connections by state: proxy (before its PROXY
+	// header), fresh (before its first byte), head (part of a head
+	// received), waiting, at_worker, idle, linger.
 	ByState   map[string]int `json:"by_state"`
 	Total     int            `json:"total"`
 	AtWorkers int            `json:"at_workers"`
 	Waiting   int            `json:"waiting"` // readable, waiting for a pool slot
 	Queued    int            `json:"queued"`  // not yet through a first request
-	Pool      int            `json:"pool"`
-	Share     int            `json:"share"`
+	// InFirstRequest is how many of Queued are at a worker in their first
+	// request: past their head, not before a request.
+	InFirstRequest int `json:"in_first_request"`
+	Pool           int `json:"pool"`
+	Share          int `json:"share"`
 }
 
 // Client is one client key.
