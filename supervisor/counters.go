@@ -306,7 +306,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	for c := range d.conns.all() {
 		s.Conns[c.state.String()]++
-		if c.fresh && c.state == stateAtWorker {
+		if c.state == stateAtWorker && c.requests == 0 {
 			s.InFirstRequest++
 		}
 	}

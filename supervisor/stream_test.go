@@ -115,8 +115,10 @@ func TestDrainCountsStreams(t *testing.T) {
 }
 
 // A connection at a worker in its first request (here an SSE stream) is
-// counted apart from those before a first request, for gatehousectl conns;
-// both stay in Queued, max_queued_connections' count. Its Done ends both.
+// counted apart from those before a first request, for gatehousectl conns.
+// It has sent its request, so it holds no place of max_queued_connections
+// (Queued): many long first requests must not make newcomers evict each
+// other. Its Done ends its first request.
 func TestConnsInFirstRequest(t *testing.T) {
 	h := startLoop(t, baseConfig(1, 2, ""))
 	p := h.workers[0]
@@ -128,10 +130,10 @@ func TestConnsInFirstRequest(t *testing.T) {
 		t.Fatal("stream refused")
 	}
 	s := h.waitFor("a fresh connection and one in its first request", func(s Snapshot) bool {
-		return s.Queued == 2 && s.Conns["fresh"] == 1
+		return s.Conns["fresh"] == 1 && s.InFirstRequest == 1
 	})
 	c := connsOf(s)
-	if s.InFirstRequest != 1 || c.InFirstRequest != 1 || c.Queued != 2 || h.s.status(s).InFirstRequest != 1 {
+	if s.Queued != 1 || c.InFirstRequest != 1 || c.Queued != 1 || h.s.status(s).InFirstRequest != 1 {
 		t.Fatalf("in a first request: snapshot %d, conns %+v", s.InFirstRequest, c)
 	}
 	d := done(da.GetConnId(), 1, proto.Disposition_KEEP_ALIVE)
@@ -139,5 +141,5 @@ func TestConnsInFirstRequest(t *testing.T) {
 	if err := p.Done(d); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the stream's first request done", func(s Snapshot) bool { return s.Queued == 1 && s.InFirstRequest == 0 })
+	h.waitFor("the stream's first request done", func(s Snapshot) bool { return s.Queued == 1 && s.InFirstRequest == 0 && s.Conns["idle"] == 1 })
 }

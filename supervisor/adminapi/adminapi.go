@@ -72,9 +72,11 @@ type Status struct {
 	Pool       int      `json:"pool"`
 	Share      int      `json:"share"`
 	AtWorkers  int      `json:"at_workers"`
-	// Queued counts connections that have not finished a first request
-	// (max_queued_connections' count), InFirstRequest those of them out at
-	// a worker in it.
+	// Queued counts connections that have not sent a first request
+	// (max_queued_connections' count: a plain one leaves it when its first
+	// head is complete, a TLS one at its first Done); InFirstRequest counts
+	// those at a worker in their first request (a long upload, an SSE
+	// stream).
 	Queued         int `json:"queued"`
 	InFirstRequest int `json:"in_first_request"`
 	Waiting        int `json:"waiting"`
@@ -185,9 +187,9 @@ type Conns struct {
 	Total     int            `json:"total"`
 	AtWorkers int            `json:"at_workers"`
 	Waiting   int            `json:"waiting"` // readable, waiting for a pool slot
-	Queued    int            `json:"queued"`  // not yet through a first request
-	// InFirstRequest is how many of Queued are at a worker in their first
-	// request: past their head, not before a request.
+	Queued    int            `json:"queued"`  // not yet sent a first request (max_queued_connections)
+	// InFirstRequest is how many are at a worker in their first request:
+	// past their head (a long upload, an SSE stream).
 	InFirstRequest int `json:"in_first_request"`
 	Pool           int `json:"pool"`
 	Share          int `json:"share"`

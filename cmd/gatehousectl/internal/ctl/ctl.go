@@ -362,12 +362,12 @@ func printConns(w io.Writer, c *adminapi.Conns) error {
 	return err
 }
 
-// firstRequests says how the connections that have not finished a first
-// request (queued, max_queued_connections' count) stand: before it (not yet
-// sent, or waiting for a slot), or at a worker in it (a long upload, an SSE
-// stream), which is not "before a first request".
+// firstRequests says how many connections have not sent a first request
+// (queued, max_queued_connections' count) and how many are at a worker in
+// their first one (a long upload, an SSE stream), which hold no place of
+// that cap once their head is seen.
 func firstRequests(queued, inFirst int) string {
-	return fmt.Sprintf("%d before a first request, %d in a first request", queued-inFirst, inFirst)
+	return fmt.Sprintf("%d before a first request, %d in a first request", queued, inFirst)
 }
 
 func printClients(w io.Writer, cs []adminapi.Client) error {

@@ -288,7 +288,7 @@ func TestClientsTable(t *testing.T) {
 func TestConnsTable(t *testing.T) {
 	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Conns: &adminapi.Conns{
 		ByState: map[string]int{"proxy": 1, "fresh": 2, "head": 1, "waiting": 0, "at_worker": 3, "idle": 4, "linger": 0},
-		Total:   11, AtWorkers: 1, Queued: 6, InFirstRequest: 2, Pool: 32, Share: 8,
+		Total:   11, AtWorkers: 1, Queued: 4, InFirstRequest: 2, Pool: 32, Share: 8,
 	}})
 	out, errs, code := run([]string{"-socket", sock, "conns"}, nil)
 	if code != 0 {
