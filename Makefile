@@ -20,7 +20,7 @@ RACE_PKGS = $(shell $(GO) list ./... | grep -v -e /internal/e2e -e /sandbox -e /
 all: build
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/gatehouse-dev/gatehouse/supervisor.Version=$(VERSION)
+LDFLAGS := -X github.com/gatehouse-dev/gatehouse/internal/version.Version=$(VERSION)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gatehouse ./cmd/gatehouse

@@ -101,7 +101,8 @@ var (
 	}
 	logSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "format"}, {Name: "level"}, {Name: "access_log"}, {Name: "log_client_addresses"},
-			{Name: "access_log_path"}, {Name: "access_log_format"}, {Name: "access_log_buffer"}, {Name: "access_log_flush"}},
+			{Name: "access_log_path"}, {Name: "access_log_format"}, {Name: "access_log_buffer"}, {Name: "access_log_flush"},
+			{Name: "access_log_query"}},
 	}
 )
 
@@ -223,7 +224,8 @@ func (d *decoder) root(body hcl.Body, cfg *Config) {
 				cfg.Log.AccessLogPath = resolve(cfg.BaseDir, p)
 			}
 		}
-		enumAttr(d, attrs, "access_log_format", "log.access_log_format", []string{"json", "combined"}, &cfg.Log.AccessLogFormat)
+		enumAttr(d, attrs, "access_log_format", "log.access_log_format", []string{"json", "combined", "vhost_combined"}, &cfg.Log.AccessLogFormat)
+		boolAttr(d, attrs, "access_log_query", "log.access_log_query", &cfg.Log.AccessLogQuery)
 		intAttr(d, attrs, "access_log_buffer", "log.access_log_buffer", 0, 1<<20, &cfg.Log.AccessLogBuffer)
 		durationAttr(d, attrs, "access_log_flush", "log.access_log_flush", 10*time.Millisecond, time.Minute, &cfg.Log.AccessLogFlush)
 	}

@@ -334,8 +334,12 @@ type Log struct {
 	// default) is the supervisor's standard error. The supervisor opens it
 	// and reopens it on SIGUSR1 and on reload; workers write to it.
 	AccessLogPath string
-	// AccessLogFormat is "json" (default) or "combined".
+	// AccessLogFormat is "json" (default), "combined" or "vhost_combined"
+	// (the request's host, then combined).
 	AccessLogFormat string
+	// AccessLogQuery logs the request's and the referer's query strings,
+	// left out by default: they may hold tokens.
+	AccessLogQuery bool
 	// AccessLogBuffer is how many bytes of lines a worker gathers before it
 	// writes them (default 64 KiB, 0 writes every line at once).
 	AccessLogBuffer int

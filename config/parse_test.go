@@ -522,6 +522,8 @@ func TestEnumsAndUser(t *testing.T) {
 		{"log {\n  level = \"warning\"\n}\n", nil, ""},
 		{"log {\n  access_log_format = \"combined\"\n}\n", func(c *Config) string { return c.Log.AccessLogFormat }, "combined"},
 		{"log {\n  access_log_format = \"common\"\n}\n", nil, ""},
+		{"log {\n  access_log_format = \"vhost_combined\"\n}\n", func(c *Config) string { return c.Log.AccessLogFormat }, "vhost_combined"},
+		{"log {\n  access_log_query = true\n}\n", func(c *Config) string { return fmt.Sprint(c.Log.AccessLogQuery) }, "true"},
 		{"log {\n  access_log_path = \"logs/access.log\"\n}\n", func(c *Config) string { return c.Log.AccessLogPath }, "/base/logs/access.log"},
 		{"log {\n  access_log_path = \"\"\n}\n", func(c *Config) string { return c.Log.AccessLogPath }, ""},
 		{"\nuser = \"gatehouse\"\n", func(c *Config) string { return c.User }, "gatehouse"},

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
@@ -61,7 +62,7 @@ func (v adminView) Metrics() (string, error) {
 // status is the admin socket's status of snap.
 func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
 	st := &adminapi.Status{
-		Version:                 Version,
+		Version:                 version.Version,
 		PID:                     os.Getpid(),
 		Started:                 s.Started(),
 		UptimeSeconds:           snap.Time.Sub(s.Started()).Seconds(),
@@ -70,6 +71,7 @@ func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
 		Share:                   snap.Share,
 		AtWorkers:               snap.AtWorkers,
 		Queued:                  snap.Queued,
+		InFirstRequest:          snap.InFirstRequest,
 		Waiting:                 snap.Waiting,
 		HeadBytes:               snap.HeadBytes,
 		Stress:                  snap.Stress,
@@ -115,7 +117,8 @@ func workersOf(snap Snapshot) []adminapi.Worker {
 }
 
 func connsOf(snap Snapshot) *adminapi.Conns {
-	c := &adminapi.Conns{ByState: map[string]int{}, AtWorkers: snap.AtWorkers, Waiting: snap.Waiting, Queued: snap.Queued, Pool: snap.Pool, Share: snap.Share}
+	c := &adminapi.Conns{ByState: map[string]int{}, AtWorkers: snap.AtWorkers, Waiting: snap.Waiting, Queued: snap.Queued,
+		InFirstRequest: snap.InFirstRequest, Pool: snap.Pool, Share: snap.Share}
 	for _, st := range stateNames {
 		c.ByState[st] = 0
 	}

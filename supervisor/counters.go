@@ -105,12 +105,16 @@ type Snapshot struct {
 	Share         int
 	AtWorkers     int
 	Queued        int // connections that have not finished a first request
-	Conns         map[string]int
-	Waiting       int // connections waiting for the pool
-	Clients       []ClientInfo
-	Workers       []WorkerInfo
-	Counters      map[string]uint64
-	Stopping      bool
+	// InFirstRequest is how many of Queued are out at a worker in their
+	// first request (a long upload, an SSE stream): past their head, not
+	// before a request.
+	InFirstRequest int
+	Conns          map[string]int
+	Waiting        int // connections waiting for the pool
+	Clients        []ClientInfo
+	Workers        []WorkerInfo
+	Counters       map[string]uint64
+	Stopping       bool
 	// Admission: bytes held in incomplete heads, whether stress mode is on,
 	// and the first-byte and head timeouts in force.
 	HeadBytes        int
@@ -321,6 +325,9 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	for c := range d.conns.all() {
 		s.Conns[c.state.String()]++
+		if c.state == stateAtWorker && c.requests == 0 {
+			s.InFirstRequest++
+		}
 	}
 	s.Upstreams = d.upstreamInfo(now)
 	for _, cl := range d.clients {

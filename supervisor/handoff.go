@@ -79,6 +79,15 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn) {
 	c.state = stateAtWorker
 	c.worker = w
 	w.handed = true
+	if c.fresh && !c.tls {
+		// A plain connection is dispatched with its first head complete:
+		// it has sent its first request, and a long answer (a stream, an
+		// upload) must not hold a place of max_queued_connections, where
+		// it would have newcomers evict each other. A TLS head is not seen
+		// here; such a connection counts until its first Done.
+		c.fresh = false
+		d.queued--
+	}
 	if c.tls {
 		w.tls++
 	}

@@ -284,7 +284,7 @@ func (d *dispatcher) stop(now time.Time) {
 	d.stopping = true
 	d.stopDeadline = now.Add(d.cfg.Limits.ShutdownGrace)
 	d.summarize(now, true)
-	d.log.Info("shutting down", "grace", d.cfg.Limits.ShutdownGrace, "at_workers", d.out)
+	d.log.Info("shutting down", append([]any{"grace", d.cfg.Limits.ShutdownGrace}, d.inFlight()...)...)
 	d.armListeners(false)
 	d.upstreams.Stop()
 	for _, l := range d.listeners {

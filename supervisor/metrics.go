@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 )
@@ -125,7 +126,7 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
 	}
 
-	emit(desc("build_info", "The running gatehouse's version.", "version"), prometheus.GaugeValue, 1, Version)
+	emit(desc("build_info", "The running gatehouse's version.", "version"), prometheus.GaugeValue, 1, version.Version)
 
 	// Counters, in a stable order.
 	keys := make([]string, 0, len(s.Counters))

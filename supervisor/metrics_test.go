@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -108,7 +109,7 @@ func TestWritePrometheus(t *testing.T) {
 		{"gatehouse_pool_size", nil, 32},
 		{"gatehouse_workers", []string{"state", "ready"}, 2},
 		{"gatehouse_ipc_overloads_total", nil, 9}, // a counter not named in metrics.go
-		{"gatehouse_build_info", []string{"version", Version}, 1},
+		{"gatehouse_build_info", []string{"version", version.Version}, 1},
 	}
 	for _, tt := range tests {
 		if got := value(tt.name, tt.labels...); got != tt.want {

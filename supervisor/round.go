@@ -121,3 +121,28 @@ func (d *dispatcher) leaveRound(c *conn, granted bool) {
 	}
 	c.body, c.upgrade, c.round = bodyState{}, false, roundSpent
 }
+
+// inFlight is what a drain waits for, as its log line's fields: every
+// connection out at a worker, whether it holds a pool slot or, outside the
+// pool, receives a body or relays a stream (SSE, chunked) or an upgraded
+// connection; "at_workers" counts them all.
+func (d *dispatcher) inFlight() []any {
+	var total, pool, bodies, streams, upgrades int
+	for c := range d.conns.all() {
+		if c.state != stateAtWorker {
+			continue
+		}
+		total++
+		switch {
+		case c.round == roundPool:
+			pool++
+		case c.round == roundBody || c.round == roundBodyWait:
+			bodies++
+		case c.round == roundStream && c.upgrade:
+			upgrades++
+		case c.round == roundStream:
+			streams++
+		}
+	}
+	return []any{"at_workers", total, "in_pool", pool, "bodies", bodies, "streams", streams, "upgrades", upgrades}
+}

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -89,4 +90,56 @@ func TestStreamBudget(t *testing.T) {
 	h.waitFor("the upgrade released by the kill", func(s Snapshot) bool {
 		return s.Upgrades == 0 && s.Streams == 0 && s.Counters["worker_kills"] == 1
 	})
+}
+
+// What a drain logs counts every connection at a worker, streams outside the
+// pool too: an SSE stream open is not "at_workers=0".
+func TestDrainCountsStreams(t *testing.T) {
+	h := startLoop(t, baseConfig(1, 2, ""))
+	p := h.workers[0]
+	a := h.dial("127.0.0.2")
+	h.send(a)
+	da := h.dispatched(p)
+	if !h.streamStart(p, 1, da.GetConnId(), false) {
+		t.Fatal("stream refused")
+	}
+	b := h.dial("127.0.0.3")
+	h.send(b)
+	h.dispatched(p)
+	var got []any
+	h.inLoop(func(d *dispatcher) { got = d.inFlight() })
+	want := []any{"at_workers", 2, "in_pool", 1, "bodies", 0, "streams", 1, "upgrades", 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("drain fields %v, want %v", got, want)
+	}
+}
+
+// A connection at a worker in its first request (here an SSE stream) is
+// counted apart from those before a first request, for gatehousectl conns.
+// It has sent its request, so it holds no place of max_queued_connections
+// (Queued): many long first requests must not make newcomers evict each
+// other. Its Done ends its first request.
+func TestConnsInFirstRequest(t *testing.T) {
+	h := startLoop(t, baseConfig(1, 2, ""))
+	p := h.workers[0]
+	h.dial("127.0.0.4") // parked before its first byte
+	a := h.dial("127.0.0.2")
+	h.send(a)
+	da := h.dispatched(p)
+	if !h.streamStart(p, 1, da.GetConnId(), false) {
+		t.Fatal("stream refused")
+	}
+	s := h.waitFor("a fresh connection and one in its first request", func(s Snapshot) bool {
+		return s.Conns["fresh"] == 1 && s.InFirstRequest == 1
+	})
+	c := connsOf(s)
+	if s.Queued != 1 || c.InFirstRequest != 1 || c.Queued != 1 || h.s.status(s).InFirstRequest != 1 {
+		t.Fatalf("in a first request: snapshot %d, conns %+v", s.InFirstRequest, c)
+	}
+	d := done(da.GetConnId(), 1, proto.Disposition_KEEP_ALIVE)
+	d.Handback = proto.Handback_STREAM
+	if err := p.Done(d); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the stream's first request done", func(s Snapshot) bool { return s.Queued == 1 && s.InFirstRequest == 0 && s.Conns["idle"] == 1 })
 }

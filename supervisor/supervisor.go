@@ -34,12 +34,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Version is gatehouse's version, reported by the admin socket's status and
-// by the gatehouse_build_info metric. Set it when building:
-//
-//	go build -ldflags "-X github.com/gatehouse-dev/gatehouse/supervisor.Version=v1.2.3"
-var Version = "dev"
-
 // ErrBind marks a failure to bind a listener; cmd/gatehouse maps it to its own
 // exit code.
 var ErrBind = errors.New("supervisor: binding listeners")

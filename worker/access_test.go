@@ -4,10 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"testing"
-	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/hashicorp/go-hclog"
@@ -33,37 +31,6 @@ const accessListener = `listener "http" {
 }
 trusted_proxies = ["10.0.0.0/8"]
 `
-
-func TestClientAddr(t *testing.T) {
-	w := testWorker(t, accessListener+`route "/" {
-  respond {}
-}
-`)
-	for _, tc := range []struct {
-		peer string
-		xff  []string
-		want string
-	}{
-		{"192.0.2.1:5000", []string{"198.51.100.7"}, "192.0.2.1"}, // untrusted peer: its header is ignored
-		{"[::ffff:192.0.2.1]:5000", nil, "192.0.2.1"},
-		{"10.0.0.1:5000", nil, "10.0.0.1"},
-		{"10.0.0.1:5000", []string{"198.51.100.7"}, "198.51.100.7"},
-		{"10.0.0.1:5000", []string{"203.0.113.9, 198.51.100.7, 10.0.0.2"}, "198.51.100.7"},
-		{"10.0.0.1:5000", []string{"203.0.113.9", "198.51.100.7"}, "198.51.100.7"},
-		{"10.0.0.1:5000", []string{"203.0.113.9, junk"}, "10.0.0.1"},
-		{"10.0.0.1:5000", []string{"10.0.0.3, 10.0.0.2"}, "10.0.0.1"},
-		{"", nil, "invalid IP"},
-	} {
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = tc.peer
-		for _, v := range tc.xff {
-			r.Header.Add("X-Forwarded-For", v)
-		}
-		if got := w.clientAddr(r).String(); got != tc.want {
-			t.Errorf("peer %s, X-Forwarded-For %q: client %s, want %s", tc.peer, tc.xff, got, tc.want)
-		}
-	}
-}
 
 // admitted runs the admission of a request from peer to path and returns
 // the recorder and whether the handler may run.
@@ -172,19 +139,8 @@ route "/private/" {
 	if _, ok := admitted(w, "192.0.2.1:1", "/public"); !ok {
 		t.Error("a route without basic_auth asked for credentials")
 	}
-	a := w.router.match("", "/private/").auth
-	if len(a.verified) != 1 {
-		t.Errorf("%d verified credentials remembered, want 1", len(a.verified))
-	}
-	// A throttled client gets 429 without a bcrypt run, until its time.
-	c := netip.MustParseAddr("192.0.2.1")
-	a.throttle(c, time.Now().Add(3*time.Second))
-	rec, ok := admitted(w, "192.0.2.1:1", "/private/x", "Authorization", basic("alice", "wrong"))
-	if ok || rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "3" {
-		t.Errorf("throttled client: admitted %v, %d, Retry-After %q", ok, rec.Code, rec.Header().Get("Retry-After"))
-	}
 	if _, ok := admitted(w, "192.0.2.2:1", "/private/x", "Authorization", basic("alice", "s3cret:x")); !ok {
-		t.Error("another client was throttled")
+		t.Error("another client was refused")
 	}
 }
 

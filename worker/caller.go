@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 )
@@ -131,4 +133,11 @@ func (c *caller) deliver(r reply) {
 		return
 	}
 	p.done <- r
+}
+
+// closeFD closes a descriptor that came with a frame, if one did (-1: none).
+func closeFD(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
 }

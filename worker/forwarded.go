@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gatehouse-dev/gatehouse/worker/access"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 )
 
@@ -139,4 +140,4 @@ func localPort(r *http.Request) string {
 }
 
 // trustedPeer reports whether the connection's peer is a trusted proxy.
-func (w *Worker) trustedPeer(remote string) bool { return allowedAddr(w.cfg.TrustedProxies, remote) }
+func (w *Worker) trustedPeer(remote string) bool { return access.PeerIn(w.cfg.TrustedProxies, remote) }

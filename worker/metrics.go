@@ -2,17 +2,17 @@ package worker
 
 import (
 	"net/http"
-	"net/netip"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/access"
 )
 
 // newMetrics serves the supervisor's metrics to allowed client addresses.
 // The worker fetches them over its channel: the supervisor never parses HTTP.
 func (w *Worker) newMetrics(cfg *config.Metrics) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if !allowedAddr(cfg.Allow, r.RemoteAddr) {
+		if !access.PeerIn(cfg.Allow, r.RemoteAddr) {
 			http.Error(rw, "403 forbidden", http.StatusForbidden)
 			return
 		}
@@ -30,19 +30,4 @@ func (w *Worker) newMetrics(cfg *config.Metrics) http.Handler {
 		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		rw.Write(rep.f.GetStatsReply().GetText())
 	})
-}
-
-// allowedAddr reports whether remote ("ip:port") is in one of the prefixes.
-func allowedAddr(allow []netip.Prefix, remote string) bool {
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return false
-	}
-	a := ap.Addr().Unmap()
-	for _, p := range allow {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }

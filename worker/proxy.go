@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -42,14 +43,14 @@ type proxyHandler struct {
 	// cfg.RewritePrefix in the path sent upstream when that is set.
 	base string
 	// rules are the route's request_headers and hide_upstream_headers.
-	rules requestRules
+	rules site.RequestRules
 	// pages are the route's error pages, for upstream_errors and for the
 	// proxy's own 502, 503 and 504.
-	pages errorPages
+	pages site.ErrorPages
 }
 
 // newProxy returns the handler of a proxy route.
-func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string, rules requestRules, pages errorPages) http.Handler {
+func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string, rules site.RequestRules, pages site.ErrorPages) http.Handler {
 	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, base: strings.TrimSuffix(prefix, "/"), rules: rules, pages: pages}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
@@ -70,8 +71,17 @@ func (h *proxyHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 		dropUpgrade(r.Header)
 	}
-	h.rp.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, abortOnCopyError)))
+	ctx := context.WithValue(r.Context(), http.ServerContextKey, abortOnCopyError)
+	if h.cfg.RewritePrefix != "" {
+		ctx = context.WithValue(ctx, clientPathKey{}, r.URL.Path)
+	}
+	h.rp.ServeHTTP(rw, r.WithContext(ctx))
 }
+
+// clientPathKey carries a proxied request's path as the client asked for it
+// to the error log, where the request at hand is the upstream's, whose path
+// a rewrite_prefix changed.
+type clientPathKey struct{}
 
 // rewrite builds the upstream request: the upstream name as the pool's key
 // (the supervisor dials; the address is not the worker's to choose), the
@@ -85,7 +95,7 @@ func (h *proxyHandler) rewrite(pr *httputil.ProxyRequest) {
 	}
 	stripClientHeaders(pr.Out.Header)
 	h.w.setForwarded(pr)
-	h.rules.request(pr.Out)
+	h.rules.Request(pr.Out)
 }
 
 // stripClientHeaders removes what a client could use to pass for another
@@ -101,8 +111,8 @@ func stripClientHeaders(h http.Header) {
 }
 
 func (h *proxyHandler) modifyResponse(res *http.Response) error {
-	h.pages.interceptUpstream(h.w.log, res)
-	h.rules.response(res)
+	h.pages.InterceptUpstream(h.w.log, res)
+	h.rules.Response(res)
 	if h.cfg.RewriteRedirects {
 		h.pool.rewriteRedirects(res)
 	}
@@ -124,7 +134,14 @@ func (h *proxyHandler) fail(rw http.ResponseWriter, r *http.Request, err error) 
 	if status == http.StatusServiceUnavailable {
 		level = hclog.Debug // refused by design, counted by the supervisor
 	}
-	h.w.log.Log(level, "proxy error", "upstream", h.pool.up.Name, "status", status, "error", err)
+	// The path, never the query (it may hold tokens), as in the access
+	// log, and the upstream's when a rewrite changed it.
+	fields := []any{"upstream", h.pool.up.Name, "status", status, "path", r.URL.Path}
+	if p, ok := r.Context().Value(clientPathKey{}).(string); ok && p != r.URL.Path {
+		fields[5] = p
+		fields = append(fields, "upstream_path", r.URL.Path)
+	}
+	h.w.log.Log(level, "proxy error", append(fields, "error", err)...)
 	ownAnswer(rw)
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.WriteHeader(status)

@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 )
 
 // pendingMax is how much body a response buffers before its header is sent:
@@ -36,7 +38,7 @@ type response struct {
 	// pages are the round's error pages; relayed: the handler is relaying
 	// another server's answer, whose errors are its own, not gatehouse's;
 	// substituted: a page replaced the body, and the handler's is dropped.
-	pages       errorPages
+	pages       site.ErrorPages
 	relayed     bool
 	substituted bool
 }
@@ -237,7 +239,7 @@ func (r *response) sendHeader(final bool) {
 	if hsts != "" {
 		h.Del("Strict-Transport-Security") // the listener's, written below
 	}
-	r.cs.w.setCORS(h, r.req.Header.Get("Origin"), false)
+	site.SetCORS(r.cs.w.cfg.CORS, h, r.req.Header.Get("Origin"), false)
 	bw := r.cs.bw
 	writeHeadLines(r.cs, r.status, h)
 	bw.WriteString("X-Content-Type-Options: nosniff\r\n")
@@ -313,7 +315,7 @@ func writeHeadLines(cs *connServer, status int, h http.Header) {
 // head never parsed; the Origin is then read from the raw head.
 func (cs *connServer) writeError(status int, reason string, head *httphead.Head, extra http.Header) {
 	body, ctype := strconv.Itoa(status)+" "+http.StatusText(status)+"\n", "text/plain; charset=utf-8"
-	if b, t, ok := cs.errorPages().page(cs.w.log, status); ok {
+	if b, t, ok := cs.errorPages().Page(cs.w.log, status); ok {
 		body, ctype = string(b), t
 	}
 	h := http.Header{}
@@ -337,7 +339,7 @@ func (cs *connServer) writeError(status int, reason string, head *httphead.Head,
 	} else {
 		origin = httphead.OriginFromRaw(cs.raw.buf)
 	}
-	cs.w.setCORS(h, origin, true)
+	site.SetCORS(cs.w.cfg.CORS, h, origin, true)
 	cs.siteHeaders(h, status)
 	writeHead(cs, status, h)
 	if head == nil || head.Method != http.MethodHead {
@@ -346,4 +348,75 @@ func (cs *connServer) writeError(status int, reason string, head *httphead.Head,
 	cs.bw.Flush()
 	cs.w.log.Debug("transport error", "status", status, "reason", reason)
 	cs.record(cs.roundStart, head, status, int64(len(body)))
+}
+
+// siteHeaders applies the connection's listener's header rules, then the
+// round's route's, to h for a response with status.
+func (cs *connServer) siteHeaders(h http.Header, status int) {
+	cs.listener.headers.Apply(h, status)
+	if cs.rt != nil {
+		cs.rt.headers.Apply(h, status)
+	}
+}
+
+// errorPages are the pages of the connection's current round: its route's,
+// else the global ones.
+func (cs *connServer) errorPages() site.ErrorPages {
+	if cs.rt != nil && cs.rt.pages != nil {
+		return cs.rt.pages
+	}
+	return cs.w.router.pages
+}
+
+// ownAnswer marks what a relaying handler (the proxy) is about to answer as
+// gatehouse's own, not the upstream's: its error page applies. rw is the
+// round's *response, which the proxy receives unwrapped.
+func ownAnswer(rw http.ResponseWriter) {
+	if resp, ok := rw.(*response); ok {
+		resp.relayed = false
+	}
+}
+
+// pageFields are the fields of an error response that describe the body
+// they came with, not the page that replaces it.
+var pageFields = []string{"Content-Length", "Content-Encoding", "Content-Range", "Accept-Ranges", "Etag", "Last-Modified", "Content-Disposition", "Content-Language", "Content-Location"}
+
+// substitute replaces the body of an error response whose status was just
+// set by the page for it, when there is one: the page is written now and
+// whatever the handler writes afterwards is dropped (Write).
+func (r *response) substitute() {
+	b, ctype, ok := r.pages.Page(r.cs.w.log, r.status)
+	if !ok {
+		return
+	}
+	h := r.header
+	for _, k := range pageFields {
+		delete(h, k)
+	}
+	h.Set("Content-Type", ctype)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	r.Write(b)
+	r.substituted = true
+}
+
+// dateCache formats the Date header once per second, not once per response.
+type dateCache struct {
+	v atomic.Pointer[dateValue]
+}
+
+// dateValue is one second's Date value; never changed once stored.
+type dateValue struct {
+	sec  int64
+	text string
+}
+
+// now returns the current Date value, in http.TimeFormat.
+func (c *dateCache) now() string {
+	t := time.Now()
+	if d := c.v.Load(); d != nil && d.sec == t.Unix() {
+		return d.text
+	}
+	d := &dateValue{sec: t.Unix(), text: t.UTC().Format(http.TimeFormat)}
+	c.v.Store(d)
+	return d.text
 }

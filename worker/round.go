@@ -6,18 +6,18 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/compress"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
@@ -49,14 +49,7 @@ const (
 	maxDispatchAge = 10 * time.Second
 	// drainMax bounds the unread request body discarded to keep a
 	// connection alive; a larger remainder closes it instead.
-	drainMax     = 256 << 10
-	readBufSize  = 16 << 10
-	writeBufSize = 8 << 10
-)
-
-var (
-	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
-	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+	drainMax = 256 << 10
 )
 
 // serve runs the rounds of one dispatched connection and hands it back.
@@ -227,7 +220,7 @@ type connServer struct {
 	respHeader http.Header
 	pendingBuf []byte
 	reqBody    body
-	cz         compressWriter // a compressing route's writer
+	cz         compress.Writer // a compressing route's writer
 
 	fd        int                  // the connection's descriptor, or -1; owned by nc
 	tls       bool                 // nc is a TLS connection
@@ -239,14 +232,6 @@ type connServer struct {
 	listener  listenerHTTP         // what the connection's listener adds
 	port      string               // the local port, once asked
 	portAsked bool
-}
-
-// clientConn is a client connection with deadlines: a *transport.Plain, or a TLS
-// connection's *os.File.
-type clientConn interface {
-	io.ReadWriteCloser
-	SetReadDeadline(time.Time) error
-	SetWriteDeadline(time.Time) error
 }
 
 // serve answers requests while input is buffered, up to pipelineRounds in a
@@ -428,8 +413,8 @@ func (cs *connServer) round() (keep bool, disp proto.Disposition) {
 	switch {
 	case serverWideOptions(req):
 		answerServerOptions(rw)
-	case cs.w.preflight(req):
-		cs.w.answerPreflight(rw, req)
+	case site.Preflight(cs.w.cfg.CORS, req):
+		site.AnswerPreflight(cs.w.cfg.CORS, rw)
 	case !cs.allowed(ctx, rw, req):
 		// answered 429 or 503
 	case !cs.admit(ctx, rw, req, rt):

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/worker/access"
 	"github.com/gatehouse-dev/gatehouse/worker/accesslog"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 )
@@ -72,10 +74,10 @@ func (cs *connServer) runHandler(rt *route, rw *response, req *http.Request) (ok
 		return true
 	}
 	cz := &cs.cz
-	defer cz.end()
-	serve(rt, cz.start(rw, req, rt.compress), req)
+	defer cz.End()
+	serve(rt, cz.Start(rw, req, rt.compress), req)
 	if !cs.upgraded {
-		if err := cz.finish(); err != nil {
+		if err := cz.Finish(); err != nil {
 			cs.w.log.Debug("compressing a response", "path", req.URL.Path, "error", err)
 		}
 	}
@@ -106,4 +108,31 @@ func (cs *connServer) allowed(ctx context.Context, rw *response, req *http.Reque
 	rw.Header().Set("Retry-After", strconv.FormatUint(max(secs, 1), 10))
 	http.Error(rw, "429 too many requests", http.StatusTooManyRequests)
 	return false
+}
+
+// admit applies the route's access list and basic auth, after the rate
+// limit and before any body is received, as nginx's access phase follows
+// its preaccess (limit_req) phase. It answers 403, 401 or 429 itself and
+// reports whether the handler may run.
+func (cs *connServer) admit(ctx context.Context, rw http.ResponseWriter, req *http.Request, rt *route) bool {
+	if rt == nil || (rt.access == nil && rt.auth == nil) {
+		return true
+	}
+	client := access.ClientAddr(req, cs.w.cfg.TrustedProxies)
+	if rt.access != nil && !config.Admits(rt.access, client) {
+		http.Error(rw, "403 forbidden", http.StatusForbidden)
+		return false
+	}
+	return rt.auth == nil || rt.auth.Authorize(ctx, rw, req, client, cs.chargeFailure)
+}
+
+// chargeFailure charges a failed login to its class at the supervisor
+// (access.Charge).
+func (cs *connServer) chargeFailure(ctx context.Context, class string) (time.Duration, bool) {
+	m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: class}
+	r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
+	if err != nil || r.f.GetRateReply().GetAllowed() {
+		return 0, false
+	}
+	return time.Duration(r.f.GetRateReply().GetRetryAfterMs()) * time.Millisecond, true
 }

@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/worker/access"
+	"github.com/gatehouse-dev/gatehouse/worker/compress"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 	"github.com/gatehouse-dev/gatehouse/worker/static"
 )
 
@@ -24,7 +27,7 @@ type router struct {
 	// listener name; immutable.
 	byListener map[string]listenerHTTP
 	// pages are the global error pages, for requests without a route.
-	pages errorPages
+	pages site.ErrorPages
 }
 
 type route struct {
@@ -44,31 +47,31 @@ type route struct {
 	stream bool
 	tokens [][32]byte // SHA-256 of the accepted bearer tokens
 	// headers are the route's response header rules.
-	headers headerRules
+	headers site.HeaderRules
 	// pages are its error pages, the global ones included; relaysErrors:
 	// its handler's error responses are another server's (an upstream's,
 	// an embedded handler's, respond's own body), not replaced by them.
-	pages        errorPages
+	pages        site.ErrorPages
 	relaysErrors bool
 	// headOnly: answered from the head alone, the body never read, so no
 	// body cap applies (https_redirect, redirect).
 	headOnly bool
 	// compress compresses the responses on the fly; nil: never.
-	compress *compression
+	compress *compress.Policy
 	// access is the route's allow and deny list (nil: every address).
 	access []config.AccessRule
 	// auth asks for basic auth credentials (nil: none).
-	auth *basicAuth
+	auth *access.BasicAuth
 	// slash answers the prefix without its trailing "/" (slash_redirect),
 	// or is nil.
 	slash *route
 }
 
 func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*router, error) {
-	rt := &router{pages: w.newErrorPages(cfg.ErrorPages, nil, roots)}
-	pools := encoderPools{}
+	rt := &router{pages: site.NewErrorPages(w.log, cfg.ErrorPages, nil, roots)}
+	pools := compress.Pools{}
 	for _, r := range cfg.Routes {
-		pages := w.newErrorPages(cfg.ErrorPages, r.ErrorPages, roots)
+		pages := site.NewErrorPages(w.log, cfg.ErrorPages, r.ErrorPages, roots)
 		var h http.Handler
 		switch {
 		case r.Static != nil:
@@ -84,7 +87,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix, newRequestRules(&r), pages))
+			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix, site.NewRequestRules(&r), pages))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Redirect != nil:
@@ -96,17 +99,17 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 		default:
 			return nil, fmt.Errorf("route %q has no handler", r.Prefix)
 		}
-		rr := route{prefix: r.Prefix, handler: h, headers: newHeaderRules(r.Headers), pages: pages,
+		rr := route{prefix: r.Prefix, handler: h, headers: site.NewHeaderRules(r.Headers), pages: pages,
 			relaysErrors: r.Proxy != nil || r.Embedded != nil || r.Respond != nil && r.Respond.Body != "", maxBody: r.MaxBodyBytes, maxUpload: r.MaxUploadBytes, tokens: r.UploadTokenSHA256, allowTrace: r.AllowTrace, stream: r.Stream,
 			buffer: !r.StreamBody && r.Static == nil && r.Metrics == nil && r.Redirect == nil, headOnly: r.Redirect != nil, access: r.Access}
 		if r.BasicAuth != nil {
-			rr.auth = newBasicAuth(r.BasicAuth)
+			rr.auth = access.NewBasicAuth(r.BasicAuth)
 		}
 		if r.SlashRedirect {
 			rr.slash = &route{prefix: r.Prefix, handler: slashRedirect(r.Prefix), headOnly: true}
 		}
 		if r.Compress != nil {
-			rr.compress = newCompression(r.Compress, pools)
+			rr.compress = compress.New(r.Compress, pools)
 		}
 		if len(r.Hosts) > 0 {
 			rt.addHosts(rr, r.Hosts)
@@ -240,4 +243,23 @@ func newRespond(cfg *config.Respond) http.Handler {
 		w.WriteHeader(cfg.Status)
 		w.Write(body)
 	})
+}
+
+// allowAsterisk is the Allow value answered to "OPTIONS *": the methods some
+// route may serve (static and respond routes serve GET and HEAD, proxy and
+// embedded handlers any of these).
+const allowAsterisk = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+
+// serverWideOptions reports whether r is "OPTIONS *", a question about the
+// server rather than a resource (RFC 9110 §9.3.7), which no route matches.
+func serverWideOptions(r *http.Request) bool {
+	return r.Method == http.MethodOptions && r.RequestURI == "*"
+}
+
+// answerServerOptions answers "OPTIONS *" with 200 and Allow, as nginx and
+// Apache do, instead of the 404 of a path no route serves.
+func answerServerOptions(rw http.ResponseWriter) {
+	rw.Header().Set("Allow", allowAsterisk)
+	rw.Header().Set("Content-Length", "0")
+	rw.WriteHeader(http.StatusOK)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,6 +139,26 @@ func (st *serverState) doneFrame() (*proto.Frame, *proto.Done) {
 	st.done.Body = &st.doneBody
 	return &st.done, m
 }
+
+// clientConn is a client connection with deadlines: a *transport.Plain, or a TLS
+// connection's *os.File.
+type clientConn interface {
+	io.ReadWriteCloser
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+// The round buffers of a connServer, pooled across dispatches: a server
+// goroutine takes a pair for each dispatch and gives it back (release).
+const (
+	readBufSize  = 16 << 10
+	writeBufSize = 8 << 10
+)
+
+var (
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+)
 
 // newConnServer readies cs, a server goroutine's own, for one dispatch:
 // everything from the previous one is dropped but the buffers' capacity.

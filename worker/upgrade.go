@@ -118,7 +118,7 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 		return
 	}
 	defer res.Body.Close()
-	h.rules.response(res)
+	h.rules.Response(res)
 	if res.StatusCode != http.StatusSwitchingProtocols {
 		removeHopByHop(res.Header)
 		for k, v := range res.Header {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/worker/site"
 )
 
 // Virtual hosts and per-listener answers (docs/DESIGN.md §3.6, §9).
@@ -32,7 +33,7 @@ type hostRoutes struct {
 type listenerHTTP struct {
 	hsts     string // the Strict-Transport-Security value, or ""
 	redirect *route // answers every request with a redirect to https, or nil
-	headers  headerRules
+	headers  site.HeaderRules
 }
 
 // addHosts files r under each of its host patterns.
@@ -80,7 +81,7 @@ func (rt *router) listeners(cfg *config.Config) {
 		if l.HTTPSRedirect != nil {
 			lh.redirect = &route{prefix: "/", handler: rt.redirectHandler(l.HTTPSRedirect.Port), headOnly: true}
 		}
-		lh.headers = newHeaderRules(l.Headers)
+		lh.headers = site.NewHeaderRules(l.Headers)
 		if lh.hsts != "" || lh.redirect != nil || len(lh.headers) > 0 {
 			if rt.byListener == nil {
 				rt.byListener = map[string]listenerHTTP{}

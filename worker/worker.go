@@ -345,7 +345,7 @@ func (w *Worker) hello(h *proto.Hello) error {
 	w.calls.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
 	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
 	if cfg.Log.AccessLog {
-		w.access = accesslog.New(cfg.Log.AccessLogFormat, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
+		w.access = accesslog.New(cfg.Log.AccessLogFormat, cfg.Log.AccessLogQuery, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
 	}
 	return nil
 }
@@ -390,4 +390,17 @@ func deleted(r *os.Root) bool {
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && st.Nlink == 0
+}
+
+// htpasswdOf returns Hello's htpasswd entries by file.
+func htpasswdOf(files []*proto.HtpasswdFile) map[string][]config.HtpasswdUser {
+	m := make(map[string][]config.HtpasswdUser, len(files))
+	for _, f := range files {
+		users := make([]config.HtpasswdUser, 0, len(f.GetUsers()))
+		for _, u := range f.GetUsers() {
+			users = append(users, config.HtpasswdUser{Name: u.GetName(), Hash: u.GetHash()})
+		}
+		m[f.GetFile()] = users
+	}
+	return m
 }

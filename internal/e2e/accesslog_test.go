@@ -15,7 +15,7 @@ import (
 )
 
 // accessFields is the JSON access line's field order.
-var accessFields = []string{"time", "worker", "client", "method", "path", "proto", "status", "bytes", "duration_us", "referer", "user_agent"}
+var accessFields = []string{"time", "worker", "client", "host", "method", "path", "proto", "status", "bytes", "duration_us", "referer", "user_agent"}
 
 // Rotating the access log as logrotate does (rename, then SIGUSR1, or a
 // reload with SIGHUP) loses no line: every request answered is in the old file or the new one, once, with
@@ -250,5 +250,63 @@ sandbox {
 		if time.Now().After(deadline) {
 			t.Fatalf("the request's access line did not reach the file within 10 s:\n%s", tail(h.accessLog, 5))
 		}
+	}
+}
+
+// Each access line names the request's host, as nginx's $host (lower case,
+// no port), so virtual hosts can be told apart: a JSON field, or the first
+// field of vhost_combined. The query stays out unless access_log_query; with
+// it, it is in the path. The supervisor's line check passes both formats.
+func TestAccessLogHostAndQuery(t *testing.T) {
+	for _, tt := range []struct {
+		format string
+		query  bool
+		want   []string
+	}{
+		{"json", false, []string{`"host":"a.example","method":"GET","path":"/ok",`, `"host":"b.example","method":"GET","path":"/ok",`}},
+		{"vhost_combined", true, []string{`a.example 127.0.0.2 - - [`, `b.example 127.0.0.2 - - [`, `"GET /ok?token=secret HTTP/1.1" 200`}},
+	} {
+		t.Run(tt.format, func(t *testing.T) {
+			dir := writeConfig(t, fmt.Sprintf(`
+log {
+  access_log_path   = "access.log"
+  access_log_format = %q
+  access_log_query  = %v
+  access_log_flush  = "10ms"
+}
+sandbox {
+  mode           = "strict"
+  seccomp_action = "kill"
+}
+`, tt.format, tt.query))
+			p := startBinary(t, dir, 0, "-config", "gatehouse.hcl")
+			p.waitServing(t, "/")
+			cl := newClient(t, "127.0.0.2", p.addr)
+			for _, host := range []string{"A.Example:8080", "b.example"} {
+				cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+				fmt.Fprintf(cl.c, "GET /ok?token=secret HTTP/1.1\r\nHost: %s\r\n\r\n", host)
+				if resp, _, err := readResponse(cl.br, "GET"); err != nil || resp.StatusCode != 200 {
+					t.Fatalf("Host %s: %v %v", host, resp, err)
+				}
+			}
+			var got string
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				b, _ := os.ReadFile(filepath.Join(dir, "access.log"))
+				if got = string(b); strings.Count(got, "/ok") >= 2 {
+					break
+				}
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("the access log lacks %q:\n%s\n%s", w, got, p.log())
+				}
+			}
+			if !tt.query && strings.Contains(got, "secret") {
+				t.Errorf("the query reached the log:\n%s", got)
+			}
+			if strings.Contains(p.log(), "not access lines") {
+				t.Errorf("the supervisor rejected access lines:\n%s", p.log())
+			}
+		})
 	}
 }

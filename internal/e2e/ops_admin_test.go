@@ -388,3 +388,40 @@ func TestOpsAdminRefusesOtherUID(t *testing.T) {
 		t.Errorf("GET /ok: %d", code)
 	}
 }
+
+// Started as root with its admin socket in a directory only root may write,
+// gatehouse cannot remove the socket once it dropped privileges: it says so
+// at exit, gatehousectl then says gatehouse is not running, and the next
+// start replaces the file.
+func TestOpsAdminSocketInRootDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: gatehouse drops privileges only when started as root")
+	}
+	dir := workerReadableTempDir(t)
+	sock := filepath.Join(dir, "run", "admin.sock")
+	if err := os.Mkdir(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeOpsFile(t, dir, "127.0.0.1:0", "one\n", fmt.Sprintf("admin {\n  socket = %q\n}\n", sock))
+	bin := ctlBin(t)
+	for run := 1; run <= 2; run++ {
+		p := startOps(t, dir, opsOptions{args: []string{"-config", "gatehouse.hcl"}})
+		p.waitServing(t, "/ok")
+		if r := ctl(t, nil, bin, "-socket", sock, "status"); r.code != 0 {
+			t.Fatalf("start %d: status: exit %d, %s", run, r.code, r.stderr)
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.waitExit(t, 20*time.Second); code != 0 {
+			t.Fatalf("start %d: exit status %d", run, code)
+		}
+		if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
+			t.Fatalf("start %d: after exit the socket is %v (%v); this test expects it left in a root-owned directory", run, fi, err)
+		}
+		if !strings.Contains(p.log(), "admin socket file left behind; the next start replaces it") {
+			t.Errorf("start %d: no line about the socket left:\n%s", run, p.log())
+		}
+		if r := ctl(t, nil, bin, "-socket", sock, "status"); r.code != 3 || !strings.Contains(r.stderr, "gatehouse is not running") {
+			t.Errorf("start %d: status after exit: exit %d, %s", run, r.code, r.stderr)
+		}
+	}
+}

@@ -284,10 +284,15 @@ func (a *Server) Close() error {
 	a.mu.Unlock()
 	a.wg.Wait()
 	if fi, serr := os.Lstat(a.opts.Path); serr == nil && os.SameFile(fi, a.file) {
-		// After New dropped privileges this may fail; the next start
-		// removes the stale file.
+		// After New dropped privileges this fails when the directory is
+		// not writable by the account dropped to: no descriptor kept from
+		// before the drop would let it unlink, and only a privileged
+		// process could. The next start replaces a socket nothing answers
+		// on, and gatehousectl says so meanwhile.
 		if rerr := os.Remove(a.opts.Path); rerr != nil {
-			a.log.Debug("leaving the admin socket file", "error", rerr)
+			a.log.Info("admin socket file left behind; the next start replaces it "+
+				"(a directory the account gatehouse runs as may write, such as systemd's RuntimeDirectory=, lets it remove the file)",
+				"path", a.opts.Path, "error", rerr)
 		}
 	}
 	return err

@@ -72,8 +72,14 @@ type Status struct {
 	Pool       int      `json:"pool"`
 	Share      int      `json:"share"`
 	AtWorkers  int      `json:"at_workers"`
-	Queued     int      `json:"queued"`
-	Waiting    int      `json:"waiting"`
+	// Queued counts connections that have not sent a first request
+	// (max_queued_connections' count: a plain one leaves it when its first
+	// head is complete, a TLS one at its first Done); InFirstRequest counts
+	// those at a worker in their first request (a long upload, an SSE
+	// stream).
+	Queued         int `json:"queued"`
+	InFirstRequest int `json:"in_first_request"`
+	Waiting        int `json:"waiting"`
 	// HeadBytes is what the dispatcher holds of incomplete request heads.
 	HeadBytes int `json:"head_buffer_bytes"`
 	// Stress reports admission's stress mode, in which the first-byte and
@@ -193,15 +199,19 @@ type Worker struct {
 
 // Conns is the `conns` reply.
 type Conns struct {
-	// ByState counts open connections by state: fresh, idle, waiting,
-	// at_worker, linger.
+	// ByState counts open connections by state: proxy (before its PROXY
+	// header), fresh (before its first byte), head (part of a head
+	// received), waiting, at_worker, idle, linger.
 	ByState   map[string]int `json:"by_state"`
 	Total     int            `json:"total"`
 	AtWorkers int            `json:"at_workers"`
 	Waiting   int            `json:"waiting"` // readable, waiting for a pool slot
-	Queued    int            `json:"queued"`  // not yet through a first request
-	Pool      int            `json:"pool"`
-	Share     int            `json:"share"`
+	Queued    int            `json:"queued"`  // not yet sent a first request (max_queued_connections)
+	// InFirstRequest is how many are at a worker in their first request:
+	// past their head (a long upload, an SSE stream).
+	InFirstRequest int `json:"in_first_request"`
+	Pool           int `json:"pool"`
+	Share          int `json:"share"`
 }
 
 // Client is one client key.

@@ -1,35 +1,46 @@
 package logrelay
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Format is the access log's line format, which a relay checks each line
 // of a worker's against.
 type Format uint8
 
 const (
-	JSON     Format = iota // worker/accesslog/accesslog.go's appendJSON
-	Combined               // worker/accesslog/accesslog.go's appendCombined
+	JSON          Format = iota // worker/accesslog/accesslog.go's appendJSON
+	Combined                    // worker/accesslog/accesslog.go's appendCombined
+	VHostCombined               // appendHostToken, a space, then appendCombined
 )
 
 // FormatOf is the Format of log.access_log_format's value name.
 func FormatOf(name string) Format {
-	if name == "combined" {
+	switch name {
+	case "combined":
 		return Combined
+	case "vhost_combined":
+		return VHostCombined
 	}
 	return JSON
 }
 
 // accessLine reports whether line (without its newline) is an access line of
 // format as worker slot writes it: its fields in their order, every string
-// escaped, nothing else. Such a line begins with `{"time":` or a client
-// address, so it can never pass for one of the supervisor's own log lines
-// (hclog text begins with a timestamp, hclog JSON with `{"@level":`) nor
-// carry a journald priority prefix (`<0>`); it holds no control byte (C0,
-// DEL, C1) and no invalid UTF-8. A JSON line names its worker, which must be
-// slot. The check is one pass over the line, with no allocation.
+// escaped, nothing else. Such a line begins with `{"time":`, a client
+// address or a lower-case host name, so it can never pass for one of the
+// supervisor's own log lines (hclog text begins with a timestamp, whose "T"
+// is upper case, hclog JSON with `{"@level":`) nor carry a journald priority
+// prefix (`<0>`); it holds no control byte (C0, DEL, C1) and no invalid
+// UTF-8. A JSON line names its worker, which must be slot. The check is one
+// pass over the line, with no allocation.
 func accessLine(line []byte, slot int, format Format) bool {
 	p := lineScan{b: line}
-	if format == Combined {
+	if format == VHostCombined && !(p.host() && p.lit(" ")) {
+		return false
+	}
+	if format != JSON {
 		return p.client() && p.lit(" - - [") && p.template("dd/Aaa/dddd:dd:dd:dd +0000") &&
 			p.lit(`] `) && p.quoted() && p.lit(" ") && p.integer() && p.lit(" ") && p.integer() &&
 			p.lit(" ") && p.quoted() && p.lit(" ") && p.quoted() && p.end()
@@ -37,6 +48,7 @@ func accessLine(line []byte, slot int, format Format) bool {
 	return p.lit(`{"time":"`) && p.template("dddd-dd-ddTdd:dd:dd.dddZ") &&
 		p.lit(`","worker":`) && p.decimal(slot) &&
 		p.lit(`,"client":`) && p.str() &&
+		p.lit(`,"host":`) && p.str() &&
 		p.lit(`,"method":`) && p.str() &&
 		p.lit(`,"path":`) && p.str() &&
 		p.lit(`,"proto":`) && p.str() &&
@@ -189,6 +201,27 @@ func (p *lineScan) client() bool {
 		p.i++
 	}
 	return true
+}
+
+// host consumes the vhost_combined format's host as appendHostToken writes
+// it: lower-case letters, digits, ".-_~%!$&'()*+,;=:" and \xHH escapes, at
+// least one byte ("-" when there is no host).
+func (p *lineScan) host() bool {
+	start := p.i
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '\\':
+			if !p.lit(`\x`) || !p.hex(2) {
+				return false
+			}
+		case 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte(".-_~%!$&'()*+,;=:", c) >= 0:
+			p.i++
+		default:
+			return p.i > start
+		}
+	}
+	return p.i > start
 }
 
 // quoted consumes a quoted field of the combined format as appendEscaped

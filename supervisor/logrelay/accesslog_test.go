@@ -15,10 +15,11 @@ import (
 
 // Lines as worker/accesslog/accesslog.go writes them, for worker 3.
 const (
-	goodJSON = `{"time":"2026-12-01T01:02:03.456Z","worker":3,"client":"127.0.0.2","method":"GET",` +
+	goodJSON = `{"time":"2026-12-01T01:02:03.456Z","worker":3,"client":"127.0.0.2","host":"site.example","method":"GET",` +
 		`"path":"/a b\"c\\\u000a\u0000é\ufffd\u009b","proto":"HTTP/1.1","status":200,"bytes":104857600,` +
 		`"duration_us":1234,"referer":"https://r.example/x","user_agent":"curl/8"}`
 	goodCombined = `127.0.0.0/24 - - [01/Dec/2026:01:02:03 +0000] "GET /a b\x22c\x5c\x0a\x00\xc3\xa9\xff HTTP/1.1" 200 0 "-" "curl/8"`
+	goodVHost    = `a-1.site.example ` + goodCombined
 )
 
 // A worker's line passes only as the access line it is: never as one of the
@@ -56,6 +57,21 @@ func TestAccessLineRefusesForgeries(t *testing.T) {
 		{"json as combined", goodJSON, Combined, false},
 		{"combined as json", goodCombined, JSON, false},
 		{"cut", goodJSON[:len(goodJSON)-1], JSON, false},
+		{"no host", strings.Replace(goodJSON, `"host":"site.example",`, "", 1), JSON, false},
+		{"host after method", strings.Replace(strings.Replace(goodJSON, `"host":"site.example",`, "", 1), `"method":"GET",`, `"method":"GET","host":"x",`, 1), JSON, false},
+		{"vhost", goodVHost, VHostCombined, true},
+		{"vhost, escaped and no host", `a\x20b\x3c:[::1] ` + goodCombined, VHostCombined, false},
+		{"vhost, escaped", `a\x20b\x3c ` + goodCombined, VHostCombined, true},
+		{"vhost, none", `- ` + goodCombined, VHostCombined, true},
+		{"vhost, empty", ` ` + goodCombined, VHostCombined, false},
+		{"vhost, raw space", `a b ` + goodCombined, VHostCombined, false},
+		{"vhost, upper case", `Site.example ` + goodCombined, VHostCombined, false},
+		{"vhost, journald priority", `<0>site ` + goodCombined, VHostCombined, false},
+		{"vhost, hclog timestamp", `2026-12-01T01:02:03.456Z ` + goodCombined, VHostCombined, false},
+		{"vhost, bad escape", `a\x2 ` + goodCombined, VHostCombined, false},
+		{"vhost as combined", goodVHost, Combined, false},
+		{"combined as vhost", goodCombined, VHostCombined, false},
+		{"json as vhost", goodJSON, VHostCombined, false},
 	} {
 		if got := accessLine([]byte(tt.line), 3, tt.format); got != tt.ok {
 			t.Errorf("%s: accessLine = %v, want %v: %q", tt.name, got, tt.ok, tt.line)

@@ -1,11 +1,12 @@
-// Package accesslog formats a worker's access log lines (JSON or the NCSA
-// combined format) and buffers them out to the pipe the supervisor gave the
+// Package accesslog formats a worker's access log lines (JSON, the NCSA
+// combined format, or combined after the request's host) and buffers them out to the pipe the supervisor gave the
 // worker (docs/DESIGN.md §6.4), never waiting on it in a round.
 package accesslog
 
 import (
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +20,9 @@ import (
 type accessFormat uint8
 
 const (
-	formatJSON     accessFormat = iota // one JSON object a line, fields in a fixed order
-	formatCombined                     // the NCSA combined format, as nginx and Apache write it
+	formatJSON          accessFormat = iota // one JSON object a line, fields in a fixed order
+	formatCombined                          // the NCSA combined format, as nginx and Apache write it
+	formatVHostCombined                     // the host, then combined (Apache's vhost_combined)
 )
 
 // Entry is what one access log line says about a response.
@@ -28,12 +30,14 @@ type Entry struct {
 	End      time.Time
 	Dur      time.Duration
 	Method   string
-	Path     string // without its query, which may hold tokens
+	Host     string // the request's Host (or its target's authority), as received
+	Path     string // without its query
+	Query    string // the raw query, logged only with access_log_query: it may hold tokens
 	Proto    string
 	Status   int
 	Bytes    int64
 	Client   string // the client key, masked as configured
-	Referer  string // without its query
+	Referer  string // its query is cut unless access_log_query
 	Agent    string
 	WorkerID uint32
 }
@@ -45,11 +49,11 @@ func EntryFor(h *httphead.Head) Entry {
 	if h == nil {
 		return e
 	}
-	e.Method, e.Proto = h.Method, h.Proto
+	e.Method, e.Proto, e.Host = h.Method, h.Proto, h.Host
 	if h.URL != nil {
-		e.Path = h.URL.Path
+		e.Path, e.Query = h.URL.Path, h.URL.RawQuery
 	}
-	e.Referer = stripQuery(h.Header.Get("Referer"))
+	e.Referer = h.Header.Get("Referer")
 	e.Agent = h.Header.Get("User-Agent")
 	return e
 }
@@ -71,6 +75,7 @@ func stripQuery(s string) string {
 // the supervisor copies them to the log (docs/DESIGN.md §6.4).
 type Log struct {
 	format     accessFormat // immutable
+	query      bool         // log queries (access_log_query); immutable
 	limit      int          // immutable
 	flushAfter time.Duration
 	log        hclog.Logger
@@ -90,13 +95,18 @@ type Log struct {
 	warned  time.Time // when a write error was last logged; +checklocks:wmu
 }
 
-// New returns a log of format ("combined", else JSON) that writes its buffer
-// out at limit bytes or flushAfter after its oldest line, once SetOut gave
-// it a descriptor, and reports write errors to log.
-func New(format string, limit int, flushAfter time.Duration, log hclog.Logger) *Log {
-	a := &Log{limit: limit, flushAfter: flushAfter, log: log}
-	if format == "combined" {
+// New returns a log of format ("combined", "vhost_combined", else JSON)
+// that writes its buffer out at limit bytes or flushAfter after its oldest
+// line, once SetOut gave it a descriptor, and reports write errors to log.
+// Queries (the request's and the referer's) are logged only when query is
+// set: they may hold tokens.
+func New(format string, query bool, limit int, flushAfter time.Duration, log hclog.Logger) *Log {
+	a := &Log{query: query, limit: limit, flushAfter: flushAfter, log: log}
+	switch format {
+	case "combined":
 		a.format = formatCombined
+	case "vhost_combined":
+		a.format = formatVHostCombined
 	}
 	a.buf = make([]byte, 0, max(limit, 4096)+4096)
 	a.spare = make([]byte, 0, cap(a.buf))
@@ -111,12 +121,20 @@ func (a *Log) Ready() bool { return a.hasOut.Load() }
 
 // Add formats e into the buffer and writes the buffer out when it is full.
 func (a *Log) Add(e *Entry) {
+	en := *e
+	if !a.query {
+		en.Query, en.Referer = "", stripQuery(en.Referer)
+	}
 	a.mu.Lock()
 	switch a.format {
 	case formatCombined:
-		a.buf = appendCombined(a.buf, e)
+		a.buf = appendCombined(a.buf, &en)
+	case formatVHostCombined:
+		a.buf = appendHostToken(a.buf, en.Host)
+		a.buf = append(a.buf, ' ')
+		a.buf = appendCombined(a.buf, &en)
 	default:
-		a.buf = appendJSON(a.buf, e)
+		a.buf = appendJSON(a.buf, &en)
 	}
 	full := len(a.buf) >= a.limit
 	if !full && !a.armed {
@@ -198,10 +216,18 @@ func appendJSON(b []byte, e *Entry) []byte {
 	b = strconv.AppendUint(b, uint64(e.WorkerID), 10)
 	b = append(b, `,"client":`...)
 	b = appendJSONString(b, e.Client)
-	b = append(b, `,"method":`...)
+	b = append(b, `,"host":"`...)
+	start := len(b)
+	b = lowerFrom(appendJSONChars(b, hostName(e.Host)), start)
+	b = append(b, `","method":`...)
 	b = appendJSONString(b, e.Method)
-	b = append(b, `,"path":`...)
-	b = appendJSONString(b, e.Path)
+	b = append(b, `,"path":"`...)
+	b = appendJSONChars(b, e.Path)
+	if e.Query != "" {
+		b = append(b, '?')
+		b = appendJSONChars(b, e.Query)
+	}
+	b = append(b, '"')
 	b = append(b, `,"proto":`...)
 	b = appendJSONString(b, e.Proto)
 	b = append(b, `,"status":`...)
@@ -224,6 +250,11 @@ const hexDigits = "0123456789abcdef"
 // U+009B a terminal would obey as ESC [), invalid UTF-8 replaced by U+FFFD.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
+	return append(appendJSONChars(b, s), '"')
+}
+
+// appendJSONChars appends s escaped as in a JSON string, without quotes.
+func appendJSONChars(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
@@ -249,7 +280,61 @@ func appendJSONString(b []byte, s string) []byte {
 		}
 		i += n
 	}
-	return append(b, '"')
+	return b
+}
+
+// hostName is a Host value's name as nginx's $host gives it: without port,
+// brackets or trailing dot (appendJSON and appendHostToken lower its case).
+// It slices h: the log allocates nothing.
+func hostName(h string) string {
+	if strings.HasPrefix(h, "[") {
+		if end := strings.IndexByte(h, ']'); end > 0 {
+			return h[1:end]
+		}
+	} else if i := strings.IndexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	return strings.TrimSuffix(h, ".")
+}
+
+// lowerFrom lowers the ASCII letters of b[from:]: a host's case, which
+// carries no meaning. The escapes written there are lower case already.
+func lowerFrom(b []byte, from int) []byte {
+	for i := from; i < len(b); i++ {
+		if 'A' <= b[i] && b[i] <= 'Z' {
+			b[i] += 'a' - 'A'
+		}
+	}
+	return b
+}
+
+// appendHostToken appends the vhost_combined format's first field: the
+// request's host name (hostName), lower case, every byte but a letter, a
+// digit and ".-_~%!$&'()*+,;=:" as \xHH, so that the field holds no space
+// and the line can begin with neither "<" (a journald priority) nor an
+// upper-case timestamp (the supervisor's own lines); "-" when there is none.
+func appendHostToken(b []byte, host string) []byte {
+	host = hostName(host)
+	if host == "" {
+		return append(b, '-')
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		switch {
+		case 'A' <= c && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		case hostTokenByte(c):
+			b = append(b, c)
+		default:
+			b = append(b, '\\', 'x', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+	}
+	return b
+}
+
+// hostTokenByte reports whether c stands for itself in the host token.
+func hostTokenByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte(".-_~%!$&'()*+,;=:", c) >= 0
 }
 
 // appendCombined appends e in the combined format:
@@ -257,7 +342,8 @@ func appendJSONString(b []byte, s string) []byte {
 //	client - - [time] "method path proto" status bytes "referer" "user agent"
 //
 // with nginx's escaping: quotes, backslashes and bytes outside printable
-// ASCII as \xHH. An empty referer or user agent is "-".
+// ASCII as \xHH. An empty referer or user agent is "-". The vhost_combined
+// format is the host (appendHostToken) and a space before it.
 func appendCombined(b []byte, e *Entry) []byte {
 	b = appendEscaped(b, e.Client)
 	b = append(b, " - - ["...)
@@ -266,6 +352,10 @@ func appendCombined(b []byte, e *Entry) []byte {
 	b = appendEscaped(b, e.Method)
 	b = append(b, ' ')
 	b = appendEscaped(b, e.Path)
+	if e.Query != "" {
+		b = append(b, '?')
+		b = appendEscaped(b, e.Query)
+	}
 	b = append(b, ' ')
 	b = appendEscaped(b, e.Proto)
 	b = append(b, `" `...)

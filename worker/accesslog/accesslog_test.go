@@ -3,11 +3,14 @@ package accesslog
 import (
 	"bufio"
 	"encoding/json"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -16,7 +19,7 @@ func testEntry() Entry {
 	return Entry{
 		End: time.Date(2026, 12, 1, 1, 2, 3, 456e6, time.UTC), Dur: 1234567 * time.Nanosecond,
 		Method: "GET", Path: "/a b\"c\\\n\x00é\xff", Proto: "HTTP/1.1", Status: 200, Bytes: 104857600,
-		Client: "127.0.0.2", Referer: "https://r.example/x", Agent: "curl/8", WorkerID: 3,
+		Client: "127.0.0.2", Host: "Site.Example:8443", Referer: "https://r.example/x", Agent: "curl/8", WorkerID: 3,
 	}
 }
 
@@ -25,7 +28,7 @@ func testEntry() Entry {
 func TestAccessJSONLine(t *testing.T) {
 	e := testEntry()
 	got := string(appendJSON(nil, &e))
-	want := `{"time":"2026-12-01T01:02:03.456Z","worker":3,"client":"127.0.0.2","method":"GET",` +
+	want := `{"time":"2026-12-01T01:02:03.456Z","worker":3,"client":"127.0.0.2","host":"site.example","method":"GET",` +
 		`"path":"/a b\"c\\\u000a\u0000é\ufffd","proto":"HTTP/1.1","status":200,"bytes":104857600,` +
 		`"duration_us":1234,"referer":"https://r.example/x","user_agent":"curl/8"}` + "\n"
 	if got != want {
@@ -74,6 +77,68 @@ func TestAccessLineEscapesC1(t *testing.T) {
 	}
 }
 
+// vhost_combined is combined after the request's host as nginx's $host
+// gives it (lower case, without port or brackets), "-" without one, every
+// byte that could make the field something else escaped.
+func TestAccessVHostCombinedLine(t *testing.T) {
+	for host, want := range map[string]string{
+		"Site.Example:8443": "site.example", "[::1]:80": "::1", "a.example.": "a.example", "": "-",
+		"a b\"<": `a\x20b\x22\x3c`, "é": `\xc3\xa9`, "2026-12-01T01.02Z": "2026-12-01t01.02z",
+	} {
+		a := New("vhost_combined", false, 1<<20, time.Hour, hclog.NewNullLogger())
+		e := testEntry()
+		e.Host, e.Path, e.Referer = host, "/p", ""
+		a.Add(&e)
+		line := string(a.buf)
+		if rest, ok := strings.CutPrefix(line, want+" "); !ok || rest != string(appendCombined(nil, &e)) {
+			t.Errorf("host %q: %q, want it after %q", host, line, want)
+		}
+	}
+}
+
+// Queries are left out unless access_log_query: they may hold tokens.
+func TestAccessLogQueryOption(t *testing.T) {
+	for _, tt := range []struct {
+		format string
+		query  bool
+		want   []string
+		not    string
+	}{
+		{"json", false, []string{`"path":"/p","`, `"referer":"https://r.example/x"`}, "t=1"},
+		{"combined", false, []string{`"GET /p HTTP/1.1"`, `"https://r.example/x"`}, "t=1"},
+		{"json", true, []string{`"path":"/p?t=1&u=%22\"","`, `"referer":"https://r.example/x?r=1"`}, "\x00"},
+		{"combined", true, []string{`"GET /p?t=1&u=%22\x22 HTTP/1.1"`, `"https://r.example/x?r=1"`}, "\x00"},
+	} {
+		a := New(tt.format, tt.query, 1<<20, time.Hour, hclog.NewNullLogger())
+		e := testEntry()
+		e.Path, e.Query, e.Referer = "/p", `t=1&u=%22"`, "https://r.example/x?r=1"
+		a.Add(&e)
+		line := string(a.buf)
+		for _, w := range tt.want {
+			if !strings.Contains(line, w) {
+				t.Errorf("%s, query %v: %q lacks %q", tt.format, tt.query, line, w)
+			}
+		}
+		if strings.Contains(line, tt.not) {
+			t.Errorf("%s, query %v: %q holds %q", tt.format, tt.query, line, tt.not)
+		}
+	}
+}
+
+// EntryFor takes the request's host, path, query and referer as received;
+// what is logged of them is the Log's choice.
+func TestEntryFor(t *testing.T) {
+	h := &httphead.Head{Method: "GET", Proto: "HTTP/1.1", Host: "A.example:8080", URL: &url.URL{Path: "/a", RawQuery: "t=1"},
+		Header: http.Header{"Referer": {"https://r.example/?x=1"}, "User-Agent": {"curl/8"}}}
+	e := EntryFor(h)
+	if e.Host != "A.example:8080" || e.Path != "/a" || e.Query != "t=1" || e.Referer != "https://r.example/?x=1" || e.Agent != "curl/8" {
+		t.Errorf("EntryFor: %+v", e)
+	}
+	if e := EntryFor(nil); e.Method != "-" || e.Path != "-" || e.Host != "" {
+		t.Errorf("EntryFor(nil): %+v", e)
+	}
+}
+
 func TestStripQuery(t *testing.T) {
 	for in, want := range map[string]string{"": "", "/a": "/a", "/a?t=1": "/a", "https://x/p#frag?": "https://x/p"} {
 		if got := stripQuery(in); got != want {
@@ -93,7 +158,7 @@ func TestAccessLogPipeWholeLines(t *testing.T) {
 	}
 	r := os.NewFile(uintptr(p[0]), "r")
 	defer r.Close()
-	a := New("json", 16<<10, time.Hour, hclog.NewNullLogger())
+	a := New("json", false, 16<<10, time.Hour, hclog.NewNullLogger())
 	a.SetOut(os.NewFile(uintptr(p[1]), "w"))
 	const n = 1000
 	done := make(chan []int)
@@ -147,7 +212,7 @@ func TestAccessLogFlushesOnTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New("combined", 64<<10, 20*time.Millisecond, hclog.NewNullLogger())
+	a := New("combined", false, 64<<10, 20*time.Millisecond, hclog.NewNullLogger())
 	a.SetOut(f)
 	e := testEntry()
 	a.Add(&e)
@@ -168,7 +233,7 @@ func TestAccessLogFlushesOnTime(t *testing.T) {
 
 // Formatting a line into the buffer allocates nothing.
 func TestAccessLogAddAllocatesNothing(t *testing.T) {
-	a := New("json", 1<<20, time.Hour, hclog.NewNullLogger())
+	a := New("json", false, 1<<20, time.Hour, hclog.NewNullLogger())
 	e := testEntry()
 	allocs := testing.AllocsPerRun(1000, func() {
 		a.Add(&e)

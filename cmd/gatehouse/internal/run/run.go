@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
@@ -52,15 +53,15 @@ func Main(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration `file` (default: the embedded example configuration)")
 	check := fs.Bool("check", false, "validate the configuration and exit")
-	version := fs.Bool("version", false, "print the version and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK // -h asked for the usage, which is printed
 		}
 		return ExitConfig
 	}
-	if *version {
-		fmt.Fprintf(stderr, "gatehouse %s\n", supervisor.Version)
+	if *showVersion {
+		fmt.Fprintf(stderr, "gatehouse %s\n", version.Version)
 		return ExitOK
 	}
 	if fs.NArg() > 0 {

@@ -15,11 +15,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
 
 	"github.com/gatehouse-dev/gatehouse/internal/expiry"
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
@@ -47,6 +49,7 @@ const (
 )
 
 const usage = `usage: gatehousectl [-socket PATH] [-json] COMMAND [ARGS]
+       gatehousectl -version
 
 Commands:
   status            version, uptime, listeners, pool and every worker
@@ -75,6 +78,7 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	}
 	socket := fs.String("socket", "", "admin socket `path` (default $"+SocketEnv+", else "+DefaultSocket+")")
 	asJSON := fs.Bool("json", false, "print the reply as JSON")
+	showVersion := fs.Bool("version", false, "print gatehousectl's version and exit (status shows the running gatehouse's)")
 	// Flags may follow the command: parse, take one positional, repeat. A
 	// negative number is an argument, not a flag: `clients -5` asks for the
 	// top five, as `head -5` would.
@@ -98,6 +102,10 @@ func Run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		}
 		pos = append(pos, rest[0])
 		rest = rest[1:]
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "gatehousectl %s\n", version.Version)
+		return ExitOK
 	}
 	if len(pos) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -158,6 +166,10 @@ func isNegativeNumber(s string) bool {
 func call(path string, req adminapi.Request) ([]byte, adminapi.Reply, error) {
 	var reply adminapi.Reply
 	c, err := net.DialTimeout("unix", path, dialTimeout)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, reply, fmt.Errorf("nothing answers on gatehouse's admin socket %s: gatehouse is not running "+
+			"(the file is left by one that stopped without the right to remove it, and replaced when gatehouse starts)", path)
+	}
 	if err != nil {
 		return nil, reply, fmt.Errorf("cannot reach gatehouse's admin socket: %w "+
 			"(is gatehouse running with an admin { socket = ... } block, and are you root or its user? Use -socket or $%s.)", err, SocketEnv)
@@ -228,8 +240,8 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "gatehouse\t%s, pid %d, %s, up %s\n", safe(s.Version), s.PID, state, uptime)
 	fmt.Fprintf(tw, "config\t%s\n", safe(cfg))
 	fmt.Fprintf(tw, "listeners\t%s\n", safeJoin(s.Listeners))
-	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %d before a first request\n",
-		s.Pool, s.Share, s.AtWorkers, s.Waiting, s.Queued)
+	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %s\n",
+		s.Pool, s.Share, s.AtWorkers, s.Waiting, firstRequests(s.Queued, s.InFirstRequest))
 	fmt.Fprintf(tw, "worker deaths\t%s\n", deathSummary(s.WorkerDeaths))
 	p := s.Privileges
 	caps := p.Capabilities
@@ -333,7 +345,7 @@ func printWorkers(w io.Writer, ws []adminapi.Worker) error {
 }
 
 // connStates is the order conns prints states in; others follow by name.
-var connStates = []string{"fresh", "idle", "waiting", "at_worker", "linger"}
+var connStates = []string{"proxy", "fresh", "head", "waiting", "at_worker", "idle", "linger"}
 
 func printConns(w io.Writer, c *adminapi.Conns) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -357,9 +369,17 @@ func printConns(w io.Writer, c *adminapi.Conns) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d of %d pool slots at workers (%d per client), %d waiting for a slot, %d before a first request\n",
-		c.AtWorkers, c.Pool, c.Share, c.Waiting, c.Queued)
+	_, err := fmt.Fprintf(w, "\n%d of %d pool slots at workers (%d per client), %d waiting for a slot, %s\n",
+		c.AtWorkers, c.Pool, c.Share, c.Waiting, firstRequests(c.Queued, c.InFirstRequest))
 	return err
+}
+
+// firstRequests says how many connections have not sent a first request
+// (queued, max_queued_connections' count) and how many are at a worker in
+// their first one (a long upload, an SSE stream), which hold no place of
+// that cap once their head is seen.
+func firstRequests(queued, inFirst int) string {
+	return fmt.Sprintf("%d before a first request, %d in a first request", queued, inFirst)
 }
 
 func printClients(w io.Writer, cs []adminapi.Client) error {

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
@@ -109,6 +111,43 @@ func TestExitStatuses(t *testing.T) {
 	}
 	if _, errs, code := run([]string{"status"}, nil); code != ExitUnreachable || !strings.Contains(errs, DefaultSocket) {
 		t.Errorf("default socket: exit %d, %q", code, errs)
+	}
+	// A socket file nothing answers on: gatehouse stopped and could not
+	// remove it.
+	stale := filepath.Join(t.TempDir(), "admin.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	if _, errs, code := run([]string{"-socket", stale, "status"}, nil); code != ExitUnreachable || !strings.Contains(errs, "gatehouse is not running") {
+		t.Errorf("stale socket: exit %d, %q", code, errs)
+	}
+}
+
+// -version prints gatehousectl's own version without reaching any socket,
+// and gatehousectl does not link the supervisor to know it.
+func TestVersionFlag(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{{"-version"}, {"-socket", missing, "-version"}, {"status", "-version"}} {
+		out, errs, code := run(args, nil)
+		if code != ExitOK || out != "gatehousectl "+version.Version+"\n" || errs != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list gatehousectl's packages")
+	}
+	deps, err := exec.Command(gobin, "list", "-deps", "github.com/gatehouse-dev/gatehouse/cmd/gatehousectl").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Fields(string(deps)) {
+		if p == "github.com/gatehouse-dev/gatehouse/supervisor" {
+			t.Errorf("gatehousectl links %s", p)
+		}
 	}
 }
 
@@ -268,5 +307,33 @@ func TestStatusCluster(t *testing.T) {
 	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Status: &adminapi.Status{Version: "v1"}})
 	if out, _, _ := run([]string{"-socket", sock, "status"}, nil); strings.Contains(out, "cluster") {
 		t.Errorf("a status without a cluster block shows one:\n%s", out)
+	}
+}
+
+// conns says how many connections are before a first request and how many
+// at a worker in it (an SSE stream is not "before a first request"), and
+// lists every state the supervisor names in its order.
+func TestConnsTable(t *testing.T) {
+	sock, _ := fakeAdmin(t, adminapi.Reply{OK: true, Conns: &adminapi.Conns{
+		ByState: map[string]int{"proxy": 1, "fresh": 2, "head": 1, "waiting": 0, "at_worker": 3, "idle": 4, "linger": 0},
+		Total:   11, AtWorkers: 1, Queued: 4, InFirstRequest: 2, Pool: 32, Share: 8,
+	}})
+	out, errs, code := run([]string{"-socket", sock, "conns"}, nil)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "4 before a first request, 2 in a first request") {
+		t.Errorf("conns output:\n%s", out)
+	}
+	prev := -1
+	for _, st := range []string{"proxy", "fresh", "head", "waiting", "at_worker", "idle", "linger", "total"} {
+		i := strings.Index(out, "\n"+st+" ")
+		if i < 0 && strings.HasPrefix(out, st+" ") {
+			i = 0
+		}
+		if i <= prev {
+			t.Errorf("state %s at %d, after %d:\n%s", st, i, prev, out)
+		}
+		prev = i
 	}
 }

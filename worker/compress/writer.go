@@ -1,4 +1,4 @@
-package worker
+package compress
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ const compressOutBuf = 8 << 10
 // bytes are compressed (sendfile cannot compress).
 var copyBufPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
-// compressState is where a compressWriter is in its response:
+// compressState is where a Writer is in its response:
 //
 //	cwNew ── WriteHeader, not compressible or identity chosen ──▶ cwPass
 //	  │  ╰── a coding chosen, length known (or HEAD) ──▶ cwEncode (cwHead)
@@ -34,16 +34,16 @@ const (
 	cwHead
 )
 
-// compressWriter is the http.ResponseWriter a handler on a compressing
+// Writer is the http.ResponseWriter a handler on a compressing
 // route writes to. It decides at WriteHeader, from the status, the header
 // and the request, whether the body is compressed and with which coding;
 // a body it does not compress goes to the response untouched (a file body
-// still by sendfile). One per connServer, reused round after round; owned
+// still by sendfile). The worker keeps one per server goroutine, reused round after round; owned
 // by the round's goroutine.
-type compressWriter struct {
+type Writer struct {
 	rw     http.ResponseWriter // the round's response
 	req    *http.Request
-	c      *compression
+	c      *Policy
 	state  compressState
 	status int
 	coding int     // index in c.codings, once chosen
@@ -55,8 +55,8 @@ type compressWriter struct {
 	err  error         // sticky encoder error
 }
 
-// start readies cw for a round whose handler writes to rw under c.
-func (cw *compressWriter) start(rw http.ResponseWriter, req *http.Request, c *compression) *compressWriter {
+// Start readies cw for a round whose handler writes to rw under c.
+func (cw *Writer) Start(rw http.ResponseWriter, req *http.Request, c *Policy) *Writer {
 	if cw.out == nil {
 		cw.out = bufio.NewWriterSize(rw, compressOutBuf)
 	}
@@ -67,9 +67,13 @@ func (cw *compressWriter) start(rw http.ResponseWriter, req *http.Request, c *co
 	return cw
 }
 
-func (cw *compressWriter) Header() http.Header { return cw.rw.Header() }
+// Header is the response's header.
+func (cw *Writer) Header() http.Header { return cw.rw.Header() }
 
-func (cw *compressWriter) WriteHeader(code int) {
+// WriteHeader decides, for a final status, whether and how the body is
+// compressed; the header is sent now, or once a body of unknown length
+// reaches min_length.
+func (cw *Writer) WriteHeader(code int) {
 	switch {
 	case cw.state == cwHolding:
 		// The status is decided, not yet sent: a second one is
@@ -109,7 +113,7 @@ func (cw *compressWriter) WriteHeader(code int) {
 
 // notModified answers a 304 with the validator the client holds: the weak
 // ETag a compressed 200 carried, when If-None-Match names it.
-func (cw *compressWriter) notModified(h http.Header) {
+func (cw *Writer) notModified(h http.Header) {
 	et := h.Get("Etag")
 	if !strings.HasPrefix(et, `"`) {
 		return
@@ -126,13 +130,13 @@ func (cw *compressWriter) notModified(h http.Header) {
 }
 
 // pass sends the header as the handler left it; the body follows as it is.
-func (cw *compressWriter) pass() {
+func (cw *Writer) pass() {
 	cw.state = cwPass
 	cw.rw.WriteHeader(cw.status)
 }
 
 // encode commits the header of a compressed response and takes an encoder.
-func (cw *compressWriter) encode() {
+func (cw *Writer) encode() {
 	h := cw.rw.Header()
 	addVary(h)
 	h.Set("Content-Encoding", codingNames[cw.c.codings[cw.coding]])
@@ -150,7 +154,8 @@ func (cw *compressWriter) encode() {
 	cw.state = cwEncode
 }
 
-func (cw *compressWriter) Write(p []byte) (int, error) {
+// Write compresses p, holds it, or passes it on, as WriteHeader decided.
+func (cw *Writer) Write(p []byte) (int, error) {
 	if cw.state == cwNew {
 		// As net/http's: a body written without a type gets one sniffed
 		// from its start (a handler that set a nil type wants none).
@@ -183,7 +188,7 @@ func (cw *compressWriter) Write(p []byte) (int, error) {
 
 // stopHolding ends cwHolding: the body is compressed from here on, what was
 // held first.
-func (cw *compressWriter) stopHolding() error {
+func (cw *Writer) stopHolding() error {
 	cw.encode()
 	if len(cw.held) > 0 {
 		_, cw.err = cw.enc.Write(cw.held)
@@ -194,7 +199,7 @@ func (cw *compressWriter) stopHolding() error {
 
 // ReadFrom sends a file body by the response's ReadFrom (sendfile) when it
 // is not compressed, and through the encoder when it is.
-func (cw *compressWriter) ReadFrom(src io.Reader) (int64, error) {
+func (cw *Writer) ReadFrom(src io.Reader) (int64, error) {
 	if cw.state == cwNew {
 		cw.WriteHeader(http.StatusOK)
 	}
@@ -226,7 +231,7 @@ func (cw *compressWriter) ReadFrom(src io.Reader) (int64, error) {
 
 // Flush sends everything written so far: a stream's event reaches the
 // client compressed as soon as its upstream flushed it.
-func (cw *compressWriter) Flush() {
+func (cw *Writer) Flush() {
 	if cw.state == cwNew {
 		cw.WriteHeader(http.StatusOK)
 	}
@@ -243,10 +248,10 @@ func (cw *compressWriter) Flush() {
 	}
 }
 
-// finish completes the body after the handler returned: a held body goes
+// Finish completes the body after the handler returned: a held body goes
 // out as it is, an encoded one gets its end. The response's own finish
 // follows.
-func (cw *compressWriter) finish() error {
+func (cw *Writer) Finish() error {
 	switch cw.state {
 	case cwHolding:
 		// Under min_length: not worth compressing, and so not varying.
@@ -264,9 +269,9 @@ func (cw *compressWriter) finish() error {
 	return nil
 }
 
-// end returns the encoder to its pool and drops the round's references,
+// End returns the encoder to its pool and drops the round's references,
 // whether or not the handler completed.
-func (cw *compressWriter) end() {
+func (cw *Writer) End() {
 	if cw.enc != nil {
 		cw.enc.Reset(io.Discard)
 		cw.c.pools[cw.coding].Put(cw.enc)
@@ -278,3 +283,6 @@ func (cw *compressWriter) end() {
 	cw.rw, cw.req, cw.c = nil, nil, nil
 	cw.held = cw.held[:0]
 }
+
+// writerOnly hides a ResponseWriter's ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }

@@ -1,4 +1,8 @@
-package worker
+// Package site is what an operator's configuration adds to the answers of
+// a site: header rules on responses and on a proxy route's upstream
+// messages, error pages in place of gatehouse's own text (and of an
+// upstream's), and the CORS headers and preflight answers.
+package site
 
 import (
 	"net/http"
@@ -11,9 +15,9 @@ import (
 // a route's request_headers and hide_upstream_headers rewrite what goes to
 // and comes from its upstream.
 
-// headerRules are `headers` blocks ready to apply: each value already a
+// HeaderRules are `headers` blocks ready to apply: each value already a
 // one-element slice, so that applying them allocates only for add.
-type headerRules []headerRule
+type HeaderRules []headerRule
 
 type headerRule struct {
 	onOK   func(int) bool // config.HeaderRules.OnStatus
@@ -28,8 +32,9 @@ type fieldValue struct {
 	value []string // one element, capacity one: never appended to in place
 }
 
-func newHeaderRules(blocks []config.HeaderRules) headerRules {
-	var rules headerRules
+// NewHeaderRules readies a listener's or a route's `headers` blocks.
+func NewHeaderRules(blocks []config.HeaderRules) HeaderRules {
+	var rules HeaderRules
 	for i := range blocks {
 		b := &blocks[i]
 		r := headerRule{onOK: b.OnStatus, remove: b.Remove}
@@ -44,9 +49,9 @@ func newHeaderRules(blocks []config.HeaderRules) headerRules {
 	return rules
 }
 
-// apply rewrites h, a response's fields, for its status: each block in
+// Apply rewrites h, a response's fields, for its status: each block in
 // order removes, then sets, then adds.
-func (rules headerRules) apply(h http.Header, status int) {
+func (rules HeaderRules) Apply(h http.Header, status int) {
 	for i := range rules {
 		r := &rules[i]
 		if !r.onOK(status) {
@@ -64,26 +69,19 @@ func (rules headerRules) apply(h http.Header, status int) {
 	}
 }
 
-// siteHeaders applies the connection's listener's header rules, then the
-// round's route's, to h for a response with status.
-func (cs *connServer) siteHeaders(h http.Header, status int) {
-	cs.listener.headers.apply(h, status)
-	if cs.rt != nil {
-		cs.rt.headers.apply(h, status)
-	}
-}
-
-// requestRules is a proxy route's request_headers and
+// RequestRules is a proxy route's request_headers and
 // hide_upstream_headers.
-type requestRules struct {
+type RequestRules struct {
 	set    []fieldValue
 	host   string // a set Host, or ""
 	remove []string
 	hide   []string
 }
 
-func newRequestRules(r *config.Route) requestRules {
-	var rr requestRules
+// NewRequestRules readies route r's request_headers and
+// hide_upstream_headers.
+func NewRequestRules(r *config.Route) RequestRules {
+	var rr RequestRules
 	if r.RequestHeaders != nil {
 		for _, f := range r.RequestHeaders.Set {
 			if f.Name == "Host" {
@@ -98,9 +96,9 @@ func newRequestRules(r *config.Route) requestRules {
 	return rr
 }
 
-// request rewrites an upstream request's fields, after the forwarded
+// Request rewrites an upstream request's fields, after the forwarded
 // fields are set: an operator's rule wins.
-func (rr *requestRules) request(out *http.Request) {
+func (rr *RequestRules) Request(out *http.Request) {
 	for _, name := range rr.remove {
 		delete(out.Header, name)
 	}
@@ -112,8 +110,8 @@ func (rr *requestRules) request(out *http.Request) {
 	}
 }
 
-// response removes the hidden fields from an upstream's response.
-func (rr *requestRules) response(res *http.Response) {
+// Response removes the hidden fields from an upstream's response.
+func (rr *RequestRules) Response(res *http.Response) {
 	for _, name := range rr.hide {
 		delete(res.Header, name)
 	}

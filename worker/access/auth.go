@@ -1,4 +1,4 @@
-package worker
+package access
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
-	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -23,16 +22,16 @@ import (
 // bucket is answered 429 without a bcrypt run until the supervisor's
 // Retry-After has passed.
 
-// Bounds of a basicAuth's tables; at the bound a table is emptied, which
+// Bounds of a BasicAuth's tables; at the bound a table is emptied, which
 // costs the next requests a bcrypt run each, never a wrong answer.
 const (
 	maxVerifiedCredentials = 1024
 	maxThrottledClients    = 4096
 )
 
-// basicAuth is one route's basic_auth. Its configuration fields are
+// BasicAuth is one route's basic_auth. Its configuration fields are
 // immutable; mu guards the tables.
-type basicAuth struct {
+type BasicAuth struct {
 	challenge string            // the WWW-Authenticate value
 	users     map[string][]byte // name → bcrypt hash
 	// decoy is a hash compared for an unknown user, so that the answer
@@ -48,8 +47,9 @@ type basicAuth struct {
 	throttled map[netip.Addr]time.Time
 }
 
-func newBasicAuth(cfg *config.BasicAuth) *basicAuth {
-	a := &basicAuth{
+// NewBasicAuth readies a route's basic_auth block, its Users filled.
+func NewBasicAuth(cfg *config.BasicAuth) *BasicAuth {
+	a := &BasicAuth{
 		challenge: `Basic realm="` + cfg.Realm + `"`,
 		users:     make(map[string][]byte, len(cfg.Users)),
 		failClass: cfg.FailClass,
@@ -66,7 +66,7 @@ func newBasicAuth(cfg *config.BasicAuth) *basicAuth {
 }
 
 // verify reports whether name and password match an entry.
-func (a *basicAuth) verify(name, password string) bool {
+func (a *BasicAuth) verify(name, password string) bool {
 	hash, known := a.users[name]
 	if !known {
 		hash = a.decoy
@@ -107,7 +107,7 @@ func credentialKey(name, password string, hash []byte) [32]byte {
 }
 
 // throttledFor returns how long client stays refused, or 0.
-func (a *basicAuth) throttledFor(client netip.Addr, now time.Time) time.Duration {
+func (a *BasicAuth) throttledFor(client netip.Addr, now time.Time) time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until, ok := a.throttled[client]
@@ -121,7 +121,7 @@ func (a *basicAuth) throttledFor(client netip.Addr, now time.Time) time.Duration
 	return 0
 }
 
-func (a *basicAuth) throttle(client netip.Addr, until time.Time) {
+func (a *BasicAuth) throttle(client netip.Addr, until time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.throttled) >= maxThrottledClients {
@@ -130,12 +130,17 @@ func (a *basicAuth) throttle(client netip.Addr, until time.Time) {
 	a.throttled[client] = until
 }
 
-// authorized answers a request without valid credentials: 401 with the
+// Charge charges a failed attempt to the rate limit class at the
+// supervisor, against the key it derives itself. refused reports that the
+// client is over the class, retryAfter how long until it has a token again;
+// a charge that could not be made refuses nothing.
+type Charge func(ctx context.Context, class string) (retryAfter time.Duration, refused bool)
+
+// Authorize answers a request without valid credentials: 401 with the
 // challenge, or 429 once the client's failures ran out its fail_class
 // bucket. Each failure (credentials sent that do not verify) is charged to
-// that class at the supervisor, against the key it derives itself. It
-// reports whether the request may go on.
-func (cs *connServer) authorized(ctx context.Context, rw http.ResponseWriter, req *http.Request, a *basicAuth, client netip.Addr) bool {
+// that class by charge. It reports whether the request may go on.
+func (a *BasicAuth) Authorize(ctx context.Context, rw http.ResponseWriter, req *http.Request, client netip.Addr, charge Charge) bool {
 	name, password, sent := req.BasicAuth()
 	if sent {
 		if d := a.throttledFor(client, time.Now()); d > 0 {
@@ -146,10 +151,8 @@ func (cs *connServer) authorized(ctx context.Context, rw http.ResponseWriter, re
 			return true
 		}
 		if a.failClass != "" {
-			m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: a.failClass}
-			r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
-			if err == nil && !r.f.GetRateReply().GetAllowed() {
-				d := time.Duration(max(r.f.GetRateReply().GetRetryAfterMs(), 1000)) * time.Millisecond
+			if d, refused := charge(ctx, a.failClass); refused {
+				d = max(d, time.Second)
 				a.throttle(client, time.Now().Add(d))
 				tooManyAttempts(rw, d)
 				return false
@@ -159,19 +162,6 @@ func (cs *connServer) authorized(ctx context.Context, rw http.ResponseWriter, re
 	rw.Header().Set("Www-Authenticate", a.challenge)
 	http.Error(rw, "401 unauthorized", http.StatusUnauthorized)
 	return false
-}
-
-// htpasswdOf returns Hello's htpasswd entries by file.
-func htpasswdOf(files []*proto.HtpasswdFile) map[string][]config.HtpasswdUser {
-	m := make(map[string][]config.HtpasswdUser, len(files))
-	for _, f := range files {
-		users := make([]config.HtpasswdUser, 0, len(f.GetUsers()))
-		for _, u := range f.GetUsers() {
-			users = append(users, config.HtpasswdUser{Name: u.GetName(), Hash: u.GetHash()})
-		}
-		m[f.GetFile()] = users
-	}
-	return m
 }
 
 // tooManyAttempts answers 429 with Retry-After in whole seconds.

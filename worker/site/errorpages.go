@@ -1,4 +1,4 @@
-package worker
+package site
 
 import (
 	"bytes"
@@ -30,24 +30,24 @@ type errorPage struct {
 	upstream bool // also replaces an upstream's response (upstream_errors)
 }
 
-// errorPages are the pages of a route, or of requests no route matched, by
+// ErrorPages are the pages of a route, or of requests no route matched, by
 // status; nil when there are none. Immutable.
-type errorPages map[int]*errorPage
+type ErrorPages map[int]*errorPage
 
-// newErrorPages builds the pages of a scope: global's, then own's for the
+// NewErrorPages builds the pages of a scope: global's, then own's for the
 // statuses they name. A page whose root the worker could not open is left
 // out (its text answers instead), logged once here.
-func (w *Worker) newErrorPages(global, own []config.ErrorPage, roots map[string]*os.Root) errorPages {
-	var pages errorPages
+func NewErrorPages(log hclog.Logger, global, own []config.ErrorPage, roots map[string]*os.Root) ErrorPages {
+	var pages ErrorPages
 	for _, set := range [][]config.ErrorPage{global, own} {
 		for _, p := range set {
 			root := roots[p.Root]
 			if root == nil {
-				w.log.Warn("error page unavailable: its directory did not open", "file", p.File)
+				log.Warn("error page unavailable: its directory did not open", "file", p.File)
 				continue
 			}
 			if pages == nil {
-				pages = errorPages{}
+				pages = ErrorPages{}
 			}
 			ep := &errorPage{root: root, name: p.Name(), ctype: static.TypeByName(p.File, "application/octet-stream"), upstream: p.UpstreamErrors}
 			for _, s := range p.Statuses {
@@ -83,19 +83,10 @@ func (p *errorPage) read() ([]byte, error) {
 	return b, nil
 }
 
-// errorPages are the pages of the connection's current round: its route's,
-// else the global ones.
-func (cs *connServer) errorPages() errorPages {
-	if cs.rt != nil && cs.rt.pages != nil {
-		return cs.rt.pages
-	}
-	return cs.w.router.pages
-}
-
-// page returns the body and Content-Type of the page for status, if one is
+// Page returns the body and Content-Type of the page for status, if one is
 // configured and readable; a page that fails to read is logged and the
 // caller answers with its text.
-func (pages errorPages) page(log hclog.Logger, status int) ([]byte, string, bool) {
+func (pages ErrorPages) Page(log hclog.Logger, status int) ([]byte, string, bool) {
 	p := pages[status]
 	if p == nil {
 		return nil, "", false
@@ -108,51 +99,20 @@ func (pages errorPages) page(log hclog.Logger, status int) ([]byte, string, bool
 	return b, p.ctype, true
 }
 
-// ownAnswer marks what a relaying handler (the proxy) is about to answer as
-// gatehouse's own, not the upstream's: its error page applies. rw is the
-// round's *response, which the proxy receives unwrapped.
-func ownAnswer(rw http.ResponseWriter) {
-	if resp, ok := rw.(*response); ok {
-		resp.relayed = false
-	}
-}
-
-// pageFields are the fields of an error response that describe the body
-// they came with, not the page that replaces it.
-var pageFields = []string{"Content-Length", "Content-Encoding", "Content-Range", "Accept-Ranges", "Etag", "Last-Modified", "Content-Disposition", "Content-Language", "Content-Location"}
-
-// substitute replaces the body of an error response whose status was just
-// set by the page for it, when there is one: the page is written now and
-// whatever the handler writes afterwards is dropped (Write).
-func (r *response) substitute() {
-	b, ctype, ok := r.pages.page(r.cs.w.log, r.status)
-	if !ok {
-		return
-	}
-	h := r.header
-	for _, k := range pageFields {
-		delete(h, k)
-	}
-	h.Set("Content-Type", ctype)
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	r.Write(b)
-	r.substituted = true
-}
-
 // upstreamPageKeeps are the fields of an upstream's error response kept
 // when its page replaces it: what a client needs to act on the status.
 var upstreamPageKeeps = []string{"Www-Authenticate", "Retry-After", "Allow"}
 
-// interceptUpstream replaces res, an upstream's response, by its status's
+// InterceptUpstream replaces res, an upstream's response, by its status's
 // page when the route asked for it (upstream_errors), as nginx's
 // proxy_intercept_errors: the status is kept, the upstream's body and its
 // other fields are dropped. Otherwise res is left alone.
-func (pages errorPages) interceptUpstream(log hclog.Logger, res *http.Response) {
+func (pages ErrorPages) InterceptUpstream(log hclog.Logger, res *http.Response) {
 	p := pages[res.StatusCode]
 	if p == nil || !p.upstream {
 		return
 	}
-	b, ctype, ok := pages.page(log, res.StatusCode)
+	b, ctype, ok := pages.Page(log, res.StatusCode)
 	if !ok {
 		return
 	}

@@ -1,4 +1,7 @@
-package worker
+// Package compress is a route's response compression: the negotiation of
+// Accept-Encoding, the worker's encoder pools, and the ResponseWriter that
+// compresses a handler's body when its status, header and request allow.
+package compress
 
 import (
 	"io"
@@ -49,8 +52,8 @@ type encoder interface {
 	Reset(io.Writer)
 }
 
-// compression is a route's compress block made ready to serve; immutable.
-type compression struct {
+// Policy is a route's compress block made ready to serve; immutable.
+type Policy struct {
 	codings   []coding     // offered, the server's preference first
 	pools     []*sync.Pool // of encoders, one per entry of codings
 	types     []string     // "a/b" exact, or "a/" for "a/*"
@@ -63,14 +66,13 @@ type encoderKey struct {
 	level int
 }
 
-// encoderPools are a worker's encoder pools, shared by the routes that use
+// Pools are a worker's encoder pools, shared by the routes that use
 // the same coding and level. Built with the router, then read-only.
-type encoderPools map[encoderKey]*sync.Pool
+type Pools map[encoderKey]*sync.Pool
 
-// newCompression returns a route's compression, its pools taken from (and
-// added to) pools.
-func newCompression(cfg *config.Compress, pools encoderPools) *compression {
-	c := &compression{minLength: int64(cfg.MinLength)}
+// New returns a route's Policy, its pools taken from (and added to) pools.
+func New(cfg *config.Compress, pools Pools) *Policy {
+	c := &Policy{minLength: int64(cfg.MinLength)}
 	for _, t := range cfg.Types {
 		c.types = append(c.types, strings.TrimSuffix(t, "*"))
 	}
@@ -108,7 +110,7 @@ func newEncoder(k encoderKey) encoder {
 			zstd.WithEncoderConcurrency(1),
 			zstd.WithLowerEncoderMem(true))
 		if err != nil {
-			panic("worker: zstd encoder: " + err.Error())
+			panic("compress: zstd encoder: " + err.Error())
 		}
 		return e
 	case codingBrotli:
@@ -116,7 +118,7 @@ func newEncoder(k encoderKey) encoder {
 	}
 	e, err := gzip.NewWriterLevel(nil, k.level)
 	if err != nil {
-		panic("worker: gzip encoder: " + err.Error())
+		panic("compress: gzip encoder: " + err.Error())
 	}
 	return e
 }
@@ -127,7 +129,7 @@ func newEncoder(k encoderKey) encoder {
 // when identity is weighed (by name or by "*").
 // ok is false for identity: no Accept-Encoding, nothing acceptable, or
 // identity preferred.
-func (c *compression) negotiate(accept []string) (idx int, ok bool) {
+func (c *Policy) negotiate(accept []string) (idx int, ok bool) {
 	if len(accept) == 0 {
 		return 0, false
 	}
@@ -186,7 +188,7 @@ func (c *compression) negotiate(accept []string) (idx int, ok bool) {
 // compressed for req: a final status other than 204, 206 and 304, no Range
 // asked, no Content-Encoding already, no no-transform either way, a listed
 // type, and no Content-Length under the minimum.
-func (c *compression) compressible(status int, h http.Header, req *http.Request) bool {
+func (c *Policy) compressible(status int, h http.Header, req *http.Request) bool {
 	switch {
 	case status < 200, status == http.StatusNoContent, status == http.StatusPartialContent, status == http.StatusNotModified:
 		return false
@@ -209,7 +211,7 @@ func (c *compression) compressible(status int, h http.Header, req *http.Request)
 }
 
 // typeListed reports whether the media type of ct is one of c.types.
-func (c *compression) typeListed(ct string) bool {
+func (c *Policy) typeListed(ct string) bool {
 	mt, _, _ := strings.Cut(ct, ";")
 	mt = strings.TrimSpace(mt)
 	if mt == "" {

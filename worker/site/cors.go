@@ -1,17 +1,18 @@
-package worker
+package site
 
 import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/gatehouse-dev/gatehouse/config"
 )
 
-// setCORS adds the configured CORS headers for a request from origin.
+// SetCORS adds the CORS headers c configures (nil: none) for a request from origin.
 // Transport errors never carry Access-Control-Allow-Credentials: they are
 // answered before anything about the request is known (docs/DESIGN.md
 // §3.5).
-func (w *Worker) setCORS(h http.Header, origin string, transportError bool) {
-	c := w.cfg.CORS
+func SetCORS(c *config.CORS, h http.Header, origin string, transportError bool) {
 	if c == nil || origin == "" || !c.Allows(origin) {
 		return
 	}
@@ -32,15 +33,14 @@ func (w *Worker) setCORS(h http.Header, origin string, transportError bool) {
 	}
 }
 
-// preflight reports whether r is a CORS preflight this worker answers.
-func (w *Worker) preflight(r *http.Request) bool {
-	c := w.cfg.CORS
+// Preflight reports whether r is a CORS preflight c allows, answered by
+// AnswerPreflight.
+func Preflight(c *config.CORS, r *http.Request) bool {
 	return c != nil && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" && c.Allows(r.Header.Get("Origin"))
 }
 
-// answerPreflight answers an allowed CORS preflight with 204.
-func (w *Worker) answerPreflight(rw http.ResponseWriter, r *http.Request) {
-	c := w.cfg.CORS
+// AnswerPreflight answers a preflight c allows with 204.
+func AnswerPreflight(c *config.CORS, rw http.ResponseWriter) {
 	h := rw.Header()
 	h.Set("Access-Control-Allow-Methods", strings.Join(c.AllowMethods, ", "))
 	if len(c.AllowHeaders) > 0 {

@@ -1,4 +1,4 @@
-package worker
+package compress
 
 import (
 	"bytes"
@@ -17,22 +17,22 @@ import (
 )
 
 // testCompression is a compress block with the defaults but encodings.
-func testCompression(t testing.TB, encodings ...string) *compression {
+func testCompression(t testing.TB, encodings ...string) *Policy {
 	t.Helper()
 	if len(encodings) == 0 {
 		encodings = []string{"zstd", "br", "gzip"}
 	}
-	return newCompression(&config.Compress{
+	return New(&config.Compress{
 		Encodings: encodings, Types: config.DefaultCompressTypes, MinLength: config.DefaultCompressMinLength,
 		GzipLevel: config.DefaultCompressGzipLevel, ZstdLevel: config.DefaultCompressZstdLevel, BrotliLevel: config.DefaultCompressBrotliLevel,
-	}, encoderPools{})
+	}, Pools{})
 }
 
 func TestNegotiate(t *testing.T) {
 	all := testCompression(t)
 	gzipOnly := testCompression(t, "gzip")
 	tests := []struct {
-		c      *compression
+		c      *Policy
 		accept []string
 		want   string // "" for identity
 	}{
@@ -220,12 +220,12 @@ func TestCompressWriter(t *testing.T) {
 				req.Header.Set(tt.reqHdr[i], tt.reqHdr[i+1])
 			}
 			rec := httptest.NewRecorder()
-			var cw compressWriter
-			tt.h(cw.start(rec, req, c))
-			if err := cw.finish(); err != nil {
+			var cw Writer
+			tt.h(cw.Start(rec, req, c))
+			if err := cw.Finish(); err != nil {
 				t.Fatalf("finish: %v", err)
 			}
-			cw.end()
+			cw.End()
 			res := rec.Result()
 			if tt.status != 0 && res.StatusCode != tt.status {
 				t.Errorf("status %d, want %d", res.StatusCode, tt.status)
@@ -272,8 +272,8 @@ func TestCompressWriterFlush(t *testing.T) {
 			req := httptest.NewRequest(http.MethodGet, "/events", nil)
 			req.Header.Set("Accept-Encoding", coding)
 			rec := httptest.NewRecorder()
-			var cw compressWriter
-			w := cw.start(rec, req, c)
+			var cw Writer
+			w := cw.Start(rec, req, c)
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusOK)
 			var sent []byte
@@ -289,10 +289,10 @@ func TestCompressWriterFlush(t *testing.T) {
 					t.Fatalf("after flush %d the client can decode %q, want %q", i, got, sent)
 				}
 			}
-			if err := cw.finish(); err != nil {
+			if err := cw.Finish(); err != nil {
 				t.Fatal(err)
 			}
-			cw.end()
+			cw.End()
 			if got := rec.Header().Get("Content-Encoding"); got != coding {
 				t.Fatalf("Content-Encoding = %q, want %q", got, coding)
 			}
@@ -350,16 +350,16 @@ func TestCompressWriterAllocs(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "/x", nil)
 		req.Header.Set("Accept-Encoding", coding)
 		dw := &discardWriter{h: http.Header{}}
-		var cw compressWriter
+		var cw Writer
 		ctype := []string{"text/plain"}
 		round := func() {
 			clear(dw.h)
 			dw.h["Content-Type"] = ctype
-			w := cw.start(dw, req, c)
+			w := cw.Start(dw, req, c)
 			w.WriteHeader(http.StatusOK)
 			w.Write(body)
-			cw.finish()
-			cw.end()
+			cw.Finish()
+			cw.End()
 		}
 		round()
 		if n := testing.AllocsPerRun(50, round); n > 4 {

@@ -1,44 +1,29 @@
-package worker
+// Package access is a route's access phase: the client address its rules
+// see behind trusted proxies, and basic auth against htpasswd entries with
+// its verified and throttled tables. It answers nothing on its own but the
+// 401 and 429 of basic auth; the worker applies the rules in its round.
+package access
 
 import (
-	"context"
 	"net/http"
 	"net/netip"
 	"strings"
-
-	"github.com/gatehouse-dev/gatehouse/config"
 )
 
-// admit applies the route's access list and basic auth, after the rate
-// limit and before any body is received, as nginx's access phase follows
-// its preaccess (limit_req) phase. It answers 403, 401 or 429 itself and
-// reports whether the handler may run.
-func (cs *connServer) admit(ctx context.Context, rw http.ResponseWriter, req *http.Request, rt *route) bool {
-	if rt == nil || (rt.access == nil && rt.auth == nil) {
-		return true
-	}
-	client := cs.w.clientAddr(req)
-	if rt.access != nil && !config.Admits(rt.access, client) {
-		http.Error(rw, "403 forbidden", http.StatusForbidden)
-		return false
-	}
-	return rt.auth == nil || cs.authorized(ctx, rw, req, rt.auth, client)
-}
-
-// clientAddr is the address access rules and auth throttling see: the
+// ClientAddr is the address access rules and auth throttling see: the
 // connection's peer (the PROXY protocol's source when the listener reads
 // one); behind a trusted proxy, the first address of X-Forwarded-For from
 // the right that is not itself a trusted proxy, as the supervisor charges
 // rate limits (nginx's real_ip_recursive with set_real_ip_from =
 // trusted_proxies). A malformed entry stops the walk at the peer. The zero
 // Addr when the peer is unknown: only an "all" rule matches it.
-func (w *Worker) clientAddr(r *http.Request) netip.Addr {
+func ClientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return netip.Addr{}
 	}
 	peer := ap.Addr().Unmap()
-	if !w.trustedPeer(r.RemoteAddr) {
+	if !PeerIn(trusted, r.RemoteAddr) {
 		return peer
 	}
 	values := r.Header.Values("X-Forwarded-For")
@@ -56,7 +41,7 @@ func (w *Worker) clientAddr(r *http.Request) netip.Addr {
 				return peer
 			}
 			a = a.Unmap()
-			if !w.trusted(a) {
+			if !in(trusted, a) {
 				return a
 			}
 		}
@@ -64,13 +49,22 @@ func (w *Worker) clientAddr(r *http.Request) netip.Addr {
 	return peer
 }
 
-// maxForwardedFor bounds the X-Forwarded-For entries clientAddr walks, as
+// maxForwardedFor bounds the X-Forwarded-For entries ClientAddr walks, as
 // the supervisor's dispatcher does.
 const maxForwardedFor = 32
 
-// trusted reports whether a is in trusted_proxies.
-func (w *Worker) trusted(a netip.Addr) bool {
-	for _, p := range w.cfg.TrustedProxies {
+// PeerIn reports whether remote ("ip:port") is in one of the prefixes.
+func PeerIn(allow []netip.Prefix, remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	return in(allow, ap.Addr().Unmap())
+}
+
+// in reports whether a is in one of the prefixes.
+func in(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, p := range prefixes {
 		if p.Contains(a) {
 			return true
 		}
