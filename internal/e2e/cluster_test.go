@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/redis/go-redis/v9"
 )
 
 // Several instances sharing one store (issue 31): two supervisors in this
@@ -237,5 +239,31 @@ rate_limit "api" {
 	expectStatuses(t, cb, "/login", nil, 200, 200, 429)
 	if s := a.snapshot(); s.Counters["rate_store_local"] == 0 {
 		t.Errorf("no decision was made locally while the store was down: %v", s.Counters)
+	}
+}
+
+// A store that stops answering (CLIENT PAUSE) holds no request past
+// store_timeout (50 ms here): each is decided from the local bucket.
+func TestClusterStoreSlow(t *testing.T) {
+	r := startRedis(t)
+	h := start(t, rateConfig(clusterBlock(r, "a", "")))
+	h.storeUp(true)
+	cl := newClient(t, "127.0.0.2", h.addr)
+	expectStatuses(t, cl, "/login", nil, 200)
+	admin := redis.NewClient(&redis.Options{Addr: r.addr()})
+	defer admin.Close()
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		t0 := time.Now()
+		expectStatuses(t, cl, "/login", nil, 200)
+		if d := time.Since(t0); d > time.Second {
+			t.Errorf("request %d took %v while the store was paused", i, d)
+		}
+	}
+	s := h.snapshot()
+	if s.Counters["rate_store_timeouts"]+s.Counters["rate_store_local"] < 3 {
+		t.Errorf("the paused store's checks were not decided locally: %v", s.Counters)
 	}
 }

@@ -50,6 +50,7 @@ const (
 	dialTimeout   = time.Second
 	connPoolSize  = 16
 	connIdleConns = 2
+	closeWait     = 2 * time.Second
 )
 
 // State is posted to the loop when the store becomes reachable or stops
@@ -142,11 +143,21 @@ func Start(cfg *config.Cluster, log hclog.Logger, post func(any)) (*Store, error
 	return s, nil
 }
 
-// Close ends the link and waits for its goroutines.
+// Close ends the link and waits for its goroutines, at most closeWait: one
+// may be blocked passing a result to a loop that is stopping and no longer
+// reads its messages.
 func (s *Store) Close() {
 	s.cancel()
 	s.rdb.Close()
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+	}
 }
 
 // Up reports whether the store was reachable at its last use.
