@@ -47,24 +47,28 @@ type counters struct {
 	upstreamRefused  uint64
 	upstreamErrors   uint64
 	rateLimited      uint64
+	tlsPlainHTTP     uint64
+	tlsNotTLS        uint64
+	tlsSigns         uint64
+	tlsHandshakes    uint64
+	tlsSignErrors    uint64
+	tlsAffinity      uint64
+	affinity         uint64    // plain connections dispatched without a descriptor
+	affinityMoves    uint64    // kept connections moved to another worker
+	outcomes         [6]uint64 // by proto.Outcome
+	handbacks        [6]uint64 // by proto.Handback
+	hotRequests      uint64
+	pressureOn       uint64    // times the pressure went on
+	byClass          [6]uint64 // responses by status class; [0] counts statuses out of range
+	latency          histogram
 	// Rate decisions with a cluster store: the store's, those the local
-	// bucket made when the store did not answer within store_timeout,
-	// answered with an error, or was down or its queue full.
-	rateStored, rateStoreTimeouts, rateStoreErrors, rateStoreLocal uint64
-	tlsPlainHTTP                                                   uint64
-	tlsNotTLS                                                      uint64
-	tlsSigns                                                       uint64
-	tlsHandshakes                                                  uint64
-	tlsSignErrors                                                  uint64
-	tlsAffinity                                                    uint64
-	affinity                                                       uint64    // plain connections dispatched without a descriptor
-	affinityMoves                                                  uint64    // kept connections moved to another worker
-	outcomes                                                       [6]uint64 // by proto.Outcome
-	handbacks                                                      [6]uint64 // by proto.Handback
-	hotRequests                                                    uint64
-	pressureOn                                                     uint64    // times the pressure went on
-	byClass                                                        [6]uint64 // responses by status class; [0] counts statuses out of range
-	latency                                                        histogram
+	// bucket made when the store did not answer within store_timeout or
+	// answered with an error, and those it made because the store was
+	// down or its queue full.
+	rateStored        uint64
+	rateStoreTimeouts uint64
+	rateStoreErrors   uint64
+	rateStoreLocal    uint64
 }
 
 // LatencyBuckets are the upper bounds, in seconds, of the request latency
@@ -258,39 +262,35 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		Stopping:      d.stopping,
 		ShutdownGrace: d.cfg.Limits.ShutdownGrace,
 		Counters: map[string]uint64{
-			"accepted":             d.c.accepted,
-			"closed":               d.c.closed,
-			"peer_closed":          d.c.peerClosed,
-			"dispatches":           d.c.dispatches,
-			"requests":             d.c.requests,
-			"share_waits":          d.c.shareWaits,
-			"pool_waits":           d.c.poolWaits,
-			"timeout_first_byte":   d.c.timeoutFirstByte,
-			"timeout_idle":         d.c.timeoutIdle,
-			"timeout_no_worker":    d.c.timeoutNoWorker,
-			"idle_evicted":         d.c.idleEvicted,
-			"accept_errors":        d.c.acceptErrors,
-			"accept_pauses":        d.c.acceptPauses,
-			"worker_deaths":        d.c.workerDeaths,
-			"worker_kills":         d.c.workerKills,
-			"refused_per_client":   d.c.refused[refusedPerClient],
-			"refused_queued":       d.c.refused[refusedQueued],
-			"ipc_overloaded":       d.c.ipcOverloaded,
-			"upstream_refused":     d.c.upstreamRefused,
-			"upstream_errors":      d.c.upstreamErrors,
-			"rate_limited":         d.c.rateLimited,
-			"rate_store_decisions": d.c.rateStored,
-			"rate_store_timeouts":  d.c.rateStoreTimeouts,
-			"rate_store_errors":    d.c.rateStoreErrors,
-			"rate_store_local":     d.c.rateStoreLocal,
-			"tls_plain_http":       d.c.tlsPlainHTTP,
-			"tls_not_tls":          d.c.tlsNotTLS,
-			"tls_signs":            d.c.tlsSigns,
-			"tls_handshakes":       d.c.tlsHandshakes,
-			"tls_sign_errors":      d.c.tlsSignErrors,
-			"tls_affinity":         d.c.tlsAffinity,
-			"affinity":             d.c.affinity,
-			"affinity_moves":       d.c.affinityMoves,
+			"accepted":           d.c.accepted,
+			"closed":             d.c.closed,
+			"peer_closed":        d.c.peerClosed,
+			"dispatches":         d.c.dispatches,
+			"requests":           d.c.requests,
+			"share_waits":        d.c.shareWaits,
+			"pool_waits":         d.c.poolWaits,
+			"timeout_first_byte": d.c.timeoutFirstByte,
+			"timeout_idle":       d.c.timeoutIdle,
+			"timeout_no_worker":  d.c.timeoutNoWorker,
+			"idle_evicted":       d.c.idleEvicted,
+			"accept_errors":      d.c.acceptErrors,
+			"accept_pauses":      d.c.acceptPauses,
+			"worker_deaths":      d.c.workerDeaths,
+			"worker_kills":       d.c.workerKills,
+			"refused_per_client": d.c.refused[refusedPerClient],
+			"refused_queued":     d.c.refused[refusedQueued],
+			"ipc_overloaded":     d.c.ipcOverloaded,
+			"upstream_refused":   d.c.upstreamRefused,
+			"upstream_errors":    d.c.upstreamErrors,
+			"rate_limited":       d.c.rateLimited,
+			"tls_plain_http":     d.c.tlsPlainHTTP,
+			"tls_not_tls":        d.c.tlsNotTLS,
+			"tls_signs":          d.c.tlsSigns,
+			"tls_handshakes":     d.c.tlsHandshakes,
+			"tls_sign_errors":    d.c.tlsSignErrors,
+			"tls_affinity":       d.c.tlsAffinity,
+			"affinity":           d.c.affinity,
+			"affinity_moves":     d.c.affinityMoves,
 			// Counted by the relay goroutines, not the loop.
 			"worker_log_lines_dropped": d.s.logDropped.Load(),
 			"log_lines_dropped":        d.s.logOutputDropped(),

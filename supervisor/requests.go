@@ -230,11 +230,15 @@ func (d *dispatcher) storeState(m cluster.State, now time.Time) {
 	d.ratePending.Expire(now.Add(time.Hour), d.rateUnanswered)
 }
 
-// clusterSnapshot adds the link's state to s.
+// clusterSnapshot adds the link's state and its counters to s.
 func (d *dispatcher) clusterSnapshot(s *Snapshot) {
 	if d.store == nil {
 		return
 	}
 	s.Cluster = &ClusterInfo{Instance: d.store.Instance(), Address: d.store.Address(), Up: d.storeUp, Since: d.storeSince, Error: d.storeErr, SharedTickets: d.tickets.shared}
 	s.Counters["client_penalties_shared"] = d.penalties.Imported()
+	s.Counters["rate_store_decisions"] = d.c.rateStored
+	s.Counters["rate_store_timeouts"] = d.c.rateStoreTimeouts
+	s.Counters["rate_store_errors"] = d.c.rateStoreErrors
+	s.Counters["rate_store_local"] = d.c.rateStoreLocal
 }
