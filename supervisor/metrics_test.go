@@ -31,6 +31,7 @@ func testSnapshot() Snapshot {
 			"accepted": 100, "refused_per_client": 2, "refused_queued": 3, "dispatches": 90,
 			"share_waits": 7, "pool_waits": 6, "timeout_first_byte": 5, "timeout_idle": 4, "timeout_no_worker": 1,
 			"worker_deaths": 3, "worker_kills": 1, "client_penalties": 2, "refused_penalty": 5, "round_ok": 80, "round_timeout": 2, "ipc_overloads": 9,
+			"rate_store_timeouts": 4,
 		},
 		Listeners: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")},
 		Responses: map[string]uint64{"2xx": 70, "4xx": 5, "5xx": 1, "1xx": 0, "3xx": 0, "other": 0},
@@ -39,6 +40,7 @@ func testSnapshot() Snapshot {
 		Certificates: []secrets.CertificateInfo{{Listener: "https", Name: "site", DNSNames: []string{"example.org"},
 			NotAfter: time.Unix(1_900_000_000, 0)}},
 		CertificateErrors: []secrets.CertificateError{{Listener: "https", Name: "site", Kept: true, Since: time.Unix(1_800_000_000, 0)}},
+		Cluster:           &ClusterInfo{Instance: "edge-1", Address: "127.0.0.1:6379"},
 	}
 }
 
@@ -109,6 +111,8 @@ func TestWritePrometheus(t *testing.T) {
 		{"gatehouse_pool_size", nil, 32},
 		{"gatehouse_workers", []string{"state", "ready"}, 2},
 		{"gatehouse_ipc_overloads_total", nil, 9}, // a counter not named in metrics.go
+		{"gatehouse_cluster_store_up", []string{"instance", "edge-1"}, 0},
+		{"gatehouse_rate_store_timeouts_total", nil, 4},
 		{"gatehouse_build_info", []string{"version", version.Version}, 1},
 	}
 	for _, tt := range tests {
