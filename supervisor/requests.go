@@ -219,6 +219,13 @@ func (d *dispatcher) storeState(m cluster.State, now time.Time) {
 	d.storeUp, d.storeErr, d.storeSince = m.Up, m.Err, now
 	if m.Up {
 		d.log.Info("cluster store reachable: rate limits and penalties are shared", "store", d.store.Address(), "instance", d.store.Instance())
+		// The penalties in force here, some perhaps imposed while the
+		// store was away or lost with a store that restarted empty.
+		for _, p := range d.penalties.List(now) {
+			if a, err := netip.ParseAddr(p.Key); err == nil && p.Remaining > 0 {
+				d.store.Penalize(a, p.Remaining)
+			}
+		}
 		return
 	}
 	d.log.Warn("cluster store unreachable: rate limits and penalties are this instance's own until it is back", "store", d.store.Address(), "error", m.Err)

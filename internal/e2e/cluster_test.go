@@ -141,17 +141,26 @@ func TestClusterPenalty(t *testing.T) {
 	if pb := s.Client("127.0.0.2").Penalty; pb > pa+time.Second {
 		t.Errorf("B refuses for %v, longer than what remains on A (%v)", pb, pa)
 	}
-	c := dialFrom(t, "127.0.0.2", b.addr)
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
-	if n, err := c.Read(make([]byte, 64)); err == nil {
+	conn := dialFrom(t, "127.0.0.2", b.addr)
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+	if n, err := conn.Read(make([]byte, 64)); err == nil {
 		t.Errorf("B answered the client penalized on A (%d bytes)", n)
 	}
-	c.Close()
+	conn.Close()
 	expectStatuses(t, newClient(t, "127.0.0.3", b.addr), "/ok", nil, 200)
 	if n := s.Counters["client_penalties_shared"]; n != 1 {
 		t.Errorf("client_penalties_shared on B = %d, want 1", n)
 	}
+
+	// A store that restarts empty gets the penalties in force again: an
+	// instance started after it refuses the client too.
+	r.stop()
+	a.storeUp(false)
+	r.start()
+	a.storeUp(true)
+	c := start(t, attackConfig+clusterBlock(r, "c", ""))
+	c.waitFor("the penalty re-shared after the store restarted", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
 }
 
 // The store killed in the middle of load: no request fails, every instance
