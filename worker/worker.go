@@ -255,8 +255,6 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			// send, so the supervisor's frames are always read.
 			pong := &proto.Frame{Body: &proto.Frame_Pong{Pong: &proto.Pong{Seq: b.Ping.GetSeq(), Active: uint32(w.active.Load())}}}
 			go w.ch.Send(pong, -1)
-		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply, *proto.Frame_StreamReply, *proto.Frame_SignReply:
-			w.calls.deliver(reply{f: f, fd: fd})
 		case *proto.Frame_Forget:
 			w.forget(b.Forget.GetConnId())
 		case *proto.Frame_TicketKeys:
@@ -283,6 +281,12 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			w.draining.Store(true)
 			w.exitIfDrained()
 		default:
+			// Every reply goes to its caller, by the role the schema
+			// declares (ipc.Spec): a new reply type needs no case here.
+			if ipc.SpecOf(f).Role == proto.Role_ROLE_REPLY {
+				w.calls.deliver(reply{f: f, fd: fd})
+				continue
+			}
 			closeFD(fd)
 			return fmt.Errorf("unexpected frame %T", f.Body)
 		}
