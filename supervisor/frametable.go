@@ -19,8 +19,7 @@ import (
 // closed, and their clients are not penalized: a compromised worker cannot
 // frame them). Only then does a request take an in-flight slot, and the
 // row's handler run. ipc/PROTOCOL.md lists the same rows
-// (TestFrameTableDocumented holds it, and docs/DESIGN.md §4.4, to this
-// table).
+// (TestFrameTableDocumented holds it to this table).
 //
 // The table is the map of the whole protocol: it has a row for every frame
 // of the schema, indexed by ipc.Kind (the body's field number, no switch

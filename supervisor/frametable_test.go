@@ -107,25 +107,24 @@ func workerRows() []*frameRule {
 	return rows
 }
 
-// TestFrameTableDocumented holds ipc/PROTOCOL.md's and docs/DESIGN.md's
-// tables of what a worker may send to the frame table, row by row, and
-// PROTOCOL.md's table of every frame (name, sender, role, descriptors) to
-// the whole table, the schema's declarations.
+// TestFrameTableDocumented holds ipc/PROTOCOL.md's table of what a worker
+// may send to the frame table, row by row, and its table of every frame
+// (name, sender, role, descriptors) to the whole table, the schema's
+// declarations.
 func TestFrameTableDocumented(t *testing.T) {
 	var want [][]string
 	for _, r := range workerRows() {
 		want = append(want, docRow(r))
 	}
-	for _, path := range []string{"../ipc/PROTOCOL.md", "../docs/DESIGN.md"} {
-		sameRows(t, path, docTable(t, path, "| frame | id | descriptors |", 7), want)
-	}
+	const path = "../ipc/PROTOCOL.md"
+	sameRows(t, path, docTable(t, path, "| frame | id | descriptors |", 7), want)
 	senders := map[proto.Sender]string{proto.Sender_SENDER_WORKER: "worker", proto.Sender_SENDER_SUPERVISOR: "supervisor"}
 	roles := map[proto.Role]string{proto.Role_ROLE_NOTICE: "notice", proto.Role_ROLE_REQUEST: "request", proto.Role_ROLE_REPLY: "reply"}
 	var all [][]string
 	for _, s := range ipc.Specs() {
 		all = append(all, []string{s.Name, senders[s.From], roles[s.Role], s.Descriptors()})
 	}
-	sameRows(t, "../ipc/PROTOCOL.md", docTable(t, "../ipc/PROTOCOL.md", "| frame | sender | role | descriptors |", 4), all)
+	sameRows(t, path, docTable(t, path, "| frame | sender | role | descriptors |", 4), all)
 }
 
 // TestFrameTableRows: every frame a worker sends has a complete row with a
