@@ -19,7 +19,7 @@ func testWorker(t *testing.T, src string) *Worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{log: hclog.NewNullLogger(), cfg: cfg}
+	w := &Worker{log: hclog.NewNullLogger(), setup: &setup{cfg: cfg}}
 	if w.router, err = newRouter(w, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
