@@ -140,7 +140,7 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 	if proxy {
 		c.state = stateProxy
 	}
-	d.freshTimers.push(c)
+	d.lists[listFreshTimers].push(c)
 }
 
 func (d *dispatcher) trusted(a netip.Addr) bool {

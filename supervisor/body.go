@@ -29,11 +29,6 @@ import (
 type bodyBudget struct {
 	bodyBytes int64 // charged to connections receiving a body
 	bodyConns int
-	// bodyWaiting holds connections whose body is complete, waiting for a
-	// pool slot, oldest first (q* links); bodyWaitTimers the same by
-	// no_worker_timeout (t* links).
-	bodyWaiting    connList
-	bodyWaitTimers connList
 
 	bodiesBuffered uint64
 	bodyRefused    uint64
@@ -145,19 +140,10 @@ func (d *dispatcher) grantBody(c *conn) bool {
 // those whose client is under its share. They go before new dispatches:
 // their requests are further along.
 func (d *dispatcher) pumpBodies() {
-	for c := d.bodyWaiting.first(); c != nil && d.out < d.pool; {
-		next := d.bodyWaiting.next(c)
+	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
+		next := d.lists[listBodyWaiting].next(c)
 		d.grantBody(c)
 		c = next
-	}
-}
-
-// expireBodies refuses the slot to complete bodies that waited
-// no_worker_timeout; their workers answer 503.
-func (d *dispatcher) expireBodies(now time.Time) {
-	for c := d.bodyWaitTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.bodyWaitTimers.first() {
-		d.bodyNoSlot++
-		d.setRound(c, roundSpent)
 	}
 }
 

@@ -127,7 +127,7 @@ func (p peerAddr) addrPort() netip.AddrPort {
 // headState is an incomplete head (state head): the bytes read so far, at
 // most headend.MaxHead, where to resume scanning them, and when its first and
 // latest bytes arrived (the head deadline and the gap run from them; the
-// connection is on headTimers by the q* links, gapTimers by t*).
+// connection is on listHeadTimers by the q* links, listGapTimers by t*).
 type headState struct {
 	buf       []byte
 	scan      int

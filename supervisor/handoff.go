@@ -31,7 +31,7 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 		w = d.affine(c, w, now)
 	}
 	if w == nil {
-		d.enqueue(c, &d.waiting, now)
+		d.enqueue(c, &d.lists[listWaiting], now)
 		d.c.poolWaits++
 		return
 	}
@@ -44,7 +44,7 @@ func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
 	if c.tlist != listWaitTimers {
 		d.leaveTimer(c)
 		c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
-		d.waitTimers.push(c)
+		d.lists[listWaitTimers].push(c)
 	}
 }
 
@@ -147,12 +147,12 @@ func (d *dispatcher) release(c *conn) {
 func (d *dispatcher) pump(cl *client, now time.Time) {
 	d.pumpBodies()
 	// Each turn takes a connection out of the queue, so this ends.
-	for d.waiting.first() != nil {
+	for d.lists[listWaiting].first() != nil {
 		c := d.nextWaiting(now)
 		if c == nil {
 			break
 		}
-		d.waiting.remove(c)
+		d.lists[listWaiting].remove(c)
 		d.tryDispatch(c, now)
 	}
 	if cl != nil && cl.waiting.first() != nil && (cl.trusted || cl.out < d.share) {

@@ -42,10 +42,8 @@ const (
 // headWatch is the dispatcher's state for incomplete heads and the admission
 // that cannot be locked. Owned by the loop.
 type headWatch struct {
-	gapTimers  connList // state head, by latest byte (t* links)
-	headTimers connList // state head, by first byte (q* links)
-	headBytes  int      // bytes held in incomplete heads
-	peekBuf    []byte   // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
+	headBytes int    // bytes held in incomplete heads
+	peekBuf   []byte // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
 
 	// Stress mode: on while admission has been under pressure (the queued
 	// cap, the descriptor reserve or the head budget nearly reached, or
@@ -86,7 +84,7 @@ func (d *dispatcher) freshDeadline(c *conn) time.Time {
 	return c.accepted.time().Add(d.firstByteTimeout())
 }
 func (d *dispatcher) headDeadline(c *conn) time.Time { return c.hd.firstByte.Add(d.headTimeout()) }
-func gapDeadline(c *conn) time.Time                  { return c.hd.lastByte.Add(headGap) }
+func gapDeadline(_ *dispatcher, c *conn) time.Time   { return c.hd.lastByte.Add(headGap) }
 
 // readHead looks at the input of a readable fresh, idle or head connection.
 // It dispatches the connection when its head is decided and otherwise keeps
@@ -136,8 +134,8 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		return
 	}
 	c.hd.lastByte = now
-	d.gapTimers.remove(c)
-	d.gapTimers.push(c)
+	d.lists[listGapTimers].remove(c)
+	d.lists[listGapTimers].push(c)
 	d.arm(c)
 }
 
@@ -166,8 +164,8 @@ func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
 	c.state = stateHead
 	c.hd = &headState{firstByte: now, lastByte: now}
 	d.growHead(c, in)
-	d.gapTimers.push(c)
-	d.headTimers.push(c)
+	d.lists[listGapTimers].push(c)
+	d.lists[listHeadTimers].push(c)
 	c.client.incomplete.push(c)
 	d.headsBuffered++
 }
@@ -188,10 +186,10 @@ func (d *dispatcher) dropHead(c *conn) []byte {
 		c.hd = nil
 	}
 	if c.qlist == listHeadTimers {
-		d.headTimers.remove(c)
+		d.lists[listHeadTimers].remove(c)
 	}
 	if c.tlist == listGapTimers {
-		d.gapTimers.remove(c)
+		d.lists[listGapTimers].remove(c)
 	}
 	return h
 }
@@ -223,39 +221,14 @@ func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
 	d.arm(c)
 }
 
-// expireHeads closes the connections whose head deadline or gap passed, with
-// a 408 written without blocking, as the canned 503 is.
-func (d *dispatcher) expireHeads(now time.Time) {
-	for c := d.gapTimers.first(); c != nil && !now.Before(gapDeadline(c)); c = d.gapTimers.first() {
-		d.timeoutGap++
-		d.timeout408(c, now)
-	}
-	for c := d.headTimers.first(); c != nil && !now.Before(d.headDeadline(c)); c = d.headTimers.first() {
-		d.timeoutHead++
-		d.timeout408(c, now)
-	}
-}
-
+// timeout408 closes a connection whose head deadline or gap passed, with a
+// 408 written without blocking, as the canned 503 is.
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
 	d.dropHead(c)
 	d.leaveIncomplete(c)
 	sysio.Send(c.fd, d.canned.r408.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
-}
-
-// headNextDeadline is the earliest deadline of the head lists, or zero.
-func (d *dispatcher) headNextDeadline() time.Time {
-	var next time.Time
-	if c := d.gapTimers.first(); c != nil {
-		next = gapDeadline(c)
-	}
-	if c := d.headTimers.first(); c != nil {
-		if t := d.headDeadline(c); next.IsZero() || t.Before(next) {
-			next = t
-		}
-	}
-	return next
 }
 
 // evictIncomplete makes room (docs/DESIGN.md §2.2): it closes the oldest

@@ -53,9 +53,12 @@ func (d *dispatcher) invariants() error {
 			bad("%s: the tail is not the last record", what)
 		}
 	}
-	for _, l := range []*connList{&d.freshTimers, &d.idleTimers, &d.waitTimers, &d.lingerTimers,
-		&d.bodyWaitTimers, &d.gapTimers, &d.waiting, &d.bodyWaiting, &d.headTimers} {
-		walk(l, fmt.Sprintf("list %d", l.id))
+	for id := listNone + 1; id < numDispatcherLists; id++ {
+		if l := &d.lists[id]; l.id != id {
+			bad("list %d is named %d", id, l.id)
+		} else {
+			walk(l, fmt.Sprintf("list %d", id))
+		}
 	}
 	for key, cl := range d.clients {
 		walk(&cl.waiting, "waiting of client "+key.String())

@@ -89,14 +89,14 @@ func (d *dispatcher) park(c *conn, now time.Time) {
 	c.state = stateIdle
 	d.idle++
 	c.deadline = monoOf(now.Add(d.cfg.Limits.KeepAliveIdleTimeout))
-	d.idleTimers.push(c)
+	d.lists[listIdleTimers].push(c)
 	d.arm(c)
 }
 
 // evictIdle closes the oldest idle kept-alive connection, if any. The
 // Keep-Alive timeout hint is advisory (RFC 9112 §9.3), so this is allowed.
 func (d *dispatcher) evictIdle(why string) bool {
-	c := d.idleTimers.first()
+	c := d.lists[listIdleTimers].first()
 	if c == nil {
 		return false
 	}
@@ -115,7 +115,7 @@ func (d *dispatcher) evictIdle(why string) bool {
 func (d *dispatcher) linger(c *conn, now time.Time) {
 	c.state = stateLinger
 	c.deadline = monoOf(now.Add(lingerTimeout))
-	d.lingerTimers.push(c)
+	d.lists[listLingerTimers].push(c)
 	d.arm(c)
 }
 

@@ -28,7 +28,7 @@ const (
 	// bytes received), no pool slot.
 	roundBody
 	// roundBodyWait: the body is complete; the connection waits on
-	// bodyWaiting and bodyWaitTimers for a pool slot, and its BodyDone
+	// listBodyWaiting and listBodyWaitTimers for a pool slot, and its BodyDone
 	// (conn.body.resume()) holds one of the worker's in-flight slots until
 	// its reply.
 	roundBodyWait
@@ -70,8 +70,8 @@ func (d *dispatcher) enterRound(c *conn, r roundState) {
 		cl.bodyBytes += c.body.charged
 		cl.bodyConns++
 	case roundBodyWait:
-		d.bodyWaiting.push(c)
-		d.bodyWaitTimers.push(c)
+		d.lists[listBodyWaiting].push(c)
+		d.lists[listBodyWaitTimers].push(c)
 	case roundStream:
 		cl.streams++
 		if c.upgrade {
@@ -106,8 +106,8 @@ func (d *dispatcher) leaveRound(c *conn, granted bool) {
 		cl.bodyBytes -= c.body.charged
 		cl.bodyConns--
 	case roundBodyWait:
-		d.bodyWaiting.remove(c)
-		d.bodyWaitTimers.remove(c)
+		d.lists[listBodyWaiting].remove(c)
+		d.lists[listBodyWaitTimers].remove(c)
 		w := c.worker
 		w.slots.Release()
 		d.send(w, &proto.Frame{Id: c.body.resume(), Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: granted}}}, -1)
