@@ -129,7 +129,7 @@ func (d *dispatcher) bodyDone(id uint64, c *conn, now time.Time) {
 // concurrency is not checked: the connection is already there.
 func (d *dispatcher) grantBody(c *conn) bool {
 	cl := c.client
-	if d.out >= d.pool || !cl.trusted && cl.out >= d.share {
+	if d.out >= d.pool || d.overShare(cl) {
 		return false
 	}
 	d.setRound(c, roundPool)

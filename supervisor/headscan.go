@@ -107,8 +107,6 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 			return
 		}
 		if st, _ := headend.Scan(d.peekBuf[:n], 0); st != headend.Incomplete || n >= headend.MaxHead {
-			d.leavePark(c)
-			d.leaveIncomplete(c)
 			d.tryDispatch(c, now)
 			return
 		}
@@ -119,7 +117,6 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 			d.closeConn(c)
 			return
 		}
-		d.leavePark(c)
 		d.startHead(c, d.peekBuf[:n], now)
 		d.arm(c)
 		return
@@ -156,18 +153,8 @@ func emptyLines(b []byte) bool {
 // startHead parks c in state head holding in, the first bytes of its next
 // request. The caller arms c or dispatches it.
 func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
-	// Room is made before c joins its client's incomplete connections, so
-	// c itself is never the one closed.
-	d.leaveIncomplete(c)
-	for d.headBytes+len(in) > headBudget && d.evictIncomplete("head buffer budget") {
-	}
-	c.state = stateHead
-	c.hd = &headState{firstByte: now, lastByte: now}
-	d.growHead(c, in)
-	d.lists[listGapTimers].push(c)
-	d.lists[listHeadTimers].push(c)
-	c.client.incomplete.push(c)
-	d.headsBuffered++
+	c.hd = &headState{buf: in}
+	d.setState(c, stateHead, now)
 }
 
 // growHead appends in to c's head, keeping headBytes in step.
@@ -203,7 +190,6 @@ func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
 		return false
 	}
 	c.carried = d.dropHead(c)
-	d.leaveIncomplete(c)
 	d.tryDispatch(c, now)
 	return true
 }
@@ -224,8 +210,6 @@ func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
 // timeout408 closes a connection whose head deadline or gap passed, with a
 // 408 written without blocking, as the canned 503 is.
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
-	d.dropHead(c)
-	d.leaveIncomplete(c)
 	sysio.Send(c.fd, d.canned.r408.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
@@ -255,7 +239,6 @@ func (d *dispatcher) evictIncomplete(why string) bool {
 	d.incompleteEvicted++
 	d.evictedAt = d.s.now()
 	d.logLimited(hclog.Debug, "evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
-	d.dropHead(c)
 	d.closeConn(c)
 	return true
 }

@@ -17,6 +17,10 @@ func (d *dispatcher) invariants() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
+	if d.badMoves > 0 {
+		bad("%d state changes setState does not permit", d.badMoves)
+	}
+
 	// Lists: links, ids and counts.
 	on := map[*conn]map[listID]bool{}
 	walk := func(l *connList, what string) {

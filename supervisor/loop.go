@@ -232,8 +232,6 @@ func (d *dispatcher) expire(now time.Time) {
 // a canned 503, then linger (docs/DESIGN.md §2.9).
 func (d *dispatcher) noWorker(c *conn, now time.Time) {
 	d.c.timeoutNoWorker++
-	d.lists[listWaitTimers].remove(c)
-	d.leaveQueue(c)
 	if c.tls {
 		// No plaintext into a TLS stream.
 		d.closeConn(c)
