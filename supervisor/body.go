@@ -78,9 +78,7 @@ func (d *dispatcher) bodyStart(w *workerProc, id uint64, c *conn, n int64, now t
 	}
 	d.bodiesBuffered++
 	// The slot goes back to the pool now, as for a finished round.
-	d.leaveRound(c, false)
-	c.body.word = uint64(n) // declared
-	d.enterRound(c, roundBody)
+	d.setRound(c, roundBody, uint64(n))
 	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: true}}}, -1)
 	d.pump(c.client, now)
 }
@@ -117,10 +115,8 @@ func (d *dispatcher) bodyProgress(w *workerProc, id uint64, c *conn, received in
 // bodyDone releases c's body budget and asks for a pool slot for it; the
 // request keeps its in-flight slot until the answer.
 func (d *dispatcher) bodyDone(id uint64, c *conn, now time.Time) {
-	d.leaveRound(c, false)
-	c.body.word = id // resume
 	c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
-	d.enterRound(c, roundBodyWait)
+	d.setRound(c, roundBodyWait, id)
 	d.grantBody(c)
 }
 
@@ -132,7 +128,7 @@ func (d *dispatcher) grantBody(c *conn) bool {
 	if d.out >= d.pool || d.overShare(cl) {
 		return false
 	}
-	d.setRound(c, roundPool)
+	d.setRound(c, roundPool, 0)
 	return true
 }
 

@@ -198,7 +198,7 @@ var timerTable = [lastTimer + 1]struct {
 	listBodyWaitTimers: {timerDeadline, func(d *dispatcher, c *conn, now time.Time) {
 		// The worker answers 503.
 		d.bodyNoSlot++
-		d.setRound(c, roundSpent)
+		d.setRound(c, roundSpent, 0)
 	}},
 	listGapTimers: {gapDeadline, func(d *dispatcher, c *conn, now time.Time) {
 		d.timeoutGap++
