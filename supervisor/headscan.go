@@ -19,10 +19,6 @@ import (
 // worker as carried bytes, so each later wake-up reads only the new bytes.
 
 const (
-	// headTimeout bounds a head from its first byte, and headGap the silence
-	// between two of its bytes, as the worker bounds them.
-	headTimeout = 30 * time.Second
-	headGap     = 5 * time.Second
 	// headBudget bounds the bytes held in incomplete heads; over it the
 	// heaviest client's oldest incomplete connection is closed.
 	headBudget = 64 << 20
@@ -73,9 +69,9 @@ func (d *dispatcher) firstByteTimeout() time.Duration {
 // headTimeout is the live head deadline, shrunk in stress mode.
 func (d *dispatcher) headTimeout() time.Duration {
 	if d.stress {
-		return headTimeout / stressDivisor
+		return headend.Deadline / stressDivisor
 	}
-	return headTimeout
+	return headend.Deadline
 }
 
 // Deadlines are computed from when each list's entries joined, with the live
@@ -84,7 +80,7 @@ func (d *dispatcher) freshDeadline(c *conn) time.Time {
 	return c.accepted.time().Add(d.firstByteTimeout())
 }
 func (d *dispatcher) headDeadline(c *conn) time.Time { return c.hd.firstByte.Add(d.headTimeout()) }
-func gapDeadline(_ *dispatcher, c *conn) time.Time   { return c.hd.lastByte.Add(headGap) }
+func gapDeadline(_ *dispatcher, c *conn) time.Time   { return c.hd.lastByte.Add(headend.Gap) }
 
 // readHead looks at the input of a readable fresh, idle or head connection.
 // It dispatches the connection when its head is decided and otherwise keeps
