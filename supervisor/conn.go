@@ -9,23 +9,10 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
-// connState is where a connection is. Transitions (all in the dispatcher):
-//
-//	accept ──► fresh ──readable──► (waiting) ──► atWorker ──Done keep-alive──► idle
-//	              │                    │             │  ▲                       │
-//	              │ first-byte         │ no worker:  │  └──────readable─────────┘
-//	              ▼ timeout            ▼ 503         ├──Done close──► closed
-//	            closed               linger          └──Done linger──► linger ──► closed
-//
-// A fresh or idle connection becomes readable; if its input holds a complete
-// head (or one no parser would accept, or one over the size caps) it goes to
-// waiting or a worker, otherwise to head until the rest arrives (or its head
-// deadline or inter-byte gap expires: 408). A connection whose Done carries
-// input goes the same way without parking. On a proxy_protocol listener a
-// connection starts in proxy until its PROXY header has been read.
-// docs/DESIGN.md §2.1 draws every transition with its cause.
-//
-//	proxy ──header──► fresh ──partial head──► head ──complete──► (waiting)
+// connState is where a connection is; docs/DESIGN.md §2.1 draws the states
+// and lists every change with its cause. setState alone changes it, moves
+// is the changes it permits, and TestDesignStates fails when DESIGN's
+// states or changes differ from stateNames and moves.
 type connState uint8
 
 const (
