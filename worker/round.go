@@ -18,8 +18,8 @@ import (
 
 // Fixed transport limits (docs/DESIGN.md §3, §7).
 const (
-	headDeadline = 30 * time.Second // from the head's first byte
-	headGap      = 5 * time.Second  // longest silence inside a head
+	headDeadline = headend.Deadline // from the head's first byte
+	headGap      = headend.Gap      // longest silence inside a head
 	bodyReadWait = 15 * time.Second // longest single wait inside a body
 	// Minimum body rate: after bodyGrace, bytes received must be at least
 	// bodyMinRate × (elapsed − bodyGrace).
