@@ -63,20 +63,6 @@ func Marshal(buf []byte, f *proto.Frame) ([]byte, error) {
 	return b, nil
 }
 
-// expectFDs reports how many descriptors frame f must carry.
-func expectFDs(f *proto.Frame) int {
-	if d := f.GetDispatch(); d != nil && d.GetHasFd() {
-		return 1
-	}
-	if r := f.GetDialReply(); r != nil && r.GetOk() {
-		return 1
-	}
-	if f.GetAccessLog() != nil {
-		return 1
-	}
-	return 0
-}
-
 // Reset empties f for the next Recv. A Done or Dispatch body, the frames
 // of every round, stays allocated (a Done with its slices' capacity), so that
 // decoding the next one of the same type into f allocates nothing but its
@@ -107,7 +93,7 @@ func decode(b []byte, nfds int, f *proto.Frame) error {
 	if f.Body == nil {
 		return &FrameError{Reason: "frame without a body", Size: len(b), FDs: nfds}
 	}
-	if want := expectFDs(f); want != nfds {
+	if want := SpecOf(f).FDs(f); want != nfds {
 		return &FrameError{Reason: fmt.Sprintf("%T carries %d descriptors, want %d", f.Body, nfds, want), Size: len(b), FDs: nfds}
 	}
 	return nil

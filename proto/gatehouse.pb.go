@@ -14,6 +14,7 @@ package proto
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	descriptorpb "google.golang.org/protobuf/types/descriptorpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -25,6 +26,111 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// Sender is the end that sends a frame; the other end treats it as a
+// violation when it comes its way.
+type Sender int32
+
+const (
+	Sender_SENDER_UNSPECIFIED Sender = 0
+	Sender_SENDER_WORKER      Sender = 1
+	Sender_SENDER_SUPERVISOR  Sender = 2
+)
+
+// Enum value maps for Sender.
+var (
+	Sender_name = map[int32]string{
+		0: "SENDER_UNSPECIFIED",
+		1: "SENDER_WORKER",
+		2: "SENDER_SUPERVISOR",
+	}
+	Sender_value = map[string]int32{
+		"SENDER_UNSPECIFIED": 0,
+		"SENDER_WORKER":      1,
+		"SENDER_SUPERVISOR":  2,
+	}
+)
+
+func (x Sender) Enum() *Sender {
+	p := new(Sender)
+	*p = x
+	return p
+}
+
+func (x Sender) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Sender) Descriptor() protoreflect.EnumDescriptor {
+	return file_gatehouse_proto_enumTypes[0].Descriptor()
+}
+
+func (Sender) Type() protoreflect.EnumType {
+	return &file_gatehouse_proto_enumTypes[0]
+}
+
+func (x Sender) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Sender.Descriptor instead.
+func (Sender) EnumDescriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{0}
+}
+
+// Role says how a frame pairs with others by Frame.id.
+type Role int32
+
+const (
+	// A notice: id 0, no reply.
+	Role_ROLE_NOTICE Role = 0
+	// A request: id not 0, answered by exactly one reply with its id (its
+	// own reply type, or Overloaded).
+	Role_ROLE_REQUEST Role = 1
+	// A reply: the id of the request it answers.
+	Role_ROLE_REPLY Role = 2
+)
+
+// Enum value maps for Role.
+var (
+	Role_name = map[int32]string{
+		0: "ROLE_NOTICE",
+		1: "ROLE_REQUEST",
+		2: "ROLE_REPLY",
+	}
+	Role_value = map[string]int32{
+		"ROLE_NOTICE":  0,
+		"ROLE_REQUEST": 1,
+		"ROLE_REPLY":   2,
+	}
+)
+
+func (x Role) Enum() *Role {
+	p := new(Role)
+	*p = x
+	return p
+}
+
+func (x Role) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Role) Descriptor() protoreflect.EnumDescriptor {
+	return file_gatehouse_proto_enumTypes[1].Descriptor()
+}
+
+func (Role) Type() protoreflect.EnumType {
+	return &file_gatehouse_proto_enumTypes[1]
+}
+
+func (x Role) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Role.Descriptor instead.
+func (Role) EnumDescriptor() ([]byte, []int) {
+	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+}
 
 // Disposition is what the worker wants done with a connection after a round.
 type Disposition int32
@@ -68,11 +174,11 @@ func (x Disposition) String() string {
 }
 
 func (Disposition) Descriptor() protoreflect.EnumDescriptor {
-	return file_gatehouse_proto_enumTypes[0].Descriptor()
+	return file_gatehouse_proto_enumTypes[2].Descriptor()
 }
 
 func (Disposition) Type() protoreflect.EnumType {
-	return &file_gatehouse_proto_enumTypes[0]
+	return &file_gatehouse_proto_enumTypes[2]
 }
 
 func (x Disposition) Number() protoreflect.EnumNumber {
@@ -81,7 +187,7 @@ func (x Disposition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Disposition.Descriptor instead.
 func (Disposition) EnumDescriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{0}
+	return file_gatehouse_proto_rawDescGZIP(), []int{2}
 }
 
 // Handback is why a worker returned a kept-alive connection.
@@ -137,11 +243,11 @@ func (x Handback) String() string {
 }
 
 func (Handback) Descriptor() protoreflect.EnumDescriptor {
-	return file_gatehouse_proto_enumTypes[1].Descriptor()
+	return file_gatehouse_proto_enumTypes[3].Descriptor()
 }
 
 func (Handback) Type() protoreflect.EnumType {
-	return &file_gatehouse_proto_enumTypes[1]
+	return &file_gatehouse_proto_enumTypes[3]
 }
 
 func (x Handback) Number() protoreflect.EnumNumber {
@@ -150,7 +256,7 @@ func (x Handback) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Handback.Descriptor instead.
 func (Handback) EnumDescriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{1}
+	return file_gatehouse_proto_rawDescGZIP(), []int{3}
 }
 
 // Outcome is how a round ended.
@@ -203,11 +309,11 @@ func (x Outcome) String() string {
 }
 
 func (Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_gatehouse_proto_enumTypes[2].Descriptor()
+	return file_gatehouse_proto_enumTypes[4].Descriptor()
 }
 
 func (Outcome) Type() protoreflect.EnumType {
-	return &file_gatehouse_proto_enumTypes[2]
+	return &file_gatehouse_proto_enumTypes[4]
 }
 
 func (x Outcome) Number() protoreflect.EnumNumber {
@@ -216,7 +322,7 @@ func (x Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Outcome.Descriptor instead.
 func (Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_gatehouse_proto_rawDescGZIP(), []int{2}
+	return file_gatehouse_proto_rawDescGZIP(), []int{4}
 }
 
 // Frame is the only message on the channel.
@@ -2809,55 +2915,107 @@ func (x *Forget) GetConnId() uint64 {
 	return 0
 }
 
+var file_gatehouse_proto_extTypes = []protoimpl.ExtensionInfo{
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*Sender)(nil),
+		Field:         50001,
+		Name:          "gatehouse.v1.sender",
+		Tag:           "varint,50001,opt,name=sender,enum=gatehouse.v1.Sender",
+		Filename:      "gatehouse.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*Role)(nil),
+		Field:         50002,
+		Name:          "gatehouse.v1.role",
+		Tag:           "varint,50002,opt,name=role,enum=gatehouse.v1.Role",
+		Filename:      "gatehouse.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         50003,
+		Name:          "gatehouse.v1.fd",
+		Tag:           "varint,50003,opt,name=fd",
+		Filename:      "gatehouse.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*string)(nil),
+		Field:         50004,
+		Name:          "gatehouse.v1.fd_if",
+		Tag:           "bytes,50004,opt,name=fd_if",
+		Filename:      "gatehouse.proto",
+	},
+}
+
+// Extension fields to descriptorpb.FieldOptions.
+var (
+	// optional gatehouse.v1.Sender sender = 50001;
+	E_Sender = &file_gatehouse_proto_extTypes[0]
+	// optional gatehouse.v1.Role role = 50002;
+	E_Role = &file_gatehouse_proto_extTypes[1]
+	// fd: the frame carries exactly one descriptor.
+	//
+	// optional bool fd = 50003;
+	E_Fd = &file_gatehouse_proto_extTypes[2]
+	// fd_if: the frame carries one descriptor iff this bool field of its body
+	// is true, and none otherwise.
+	//
+	// optional string fd_if = 50004;
+	E_FdIf = &file_gatehouse_proto_extTypes[3]
+)
+
 var File_gatehouse_proto protoreflect.FileDescriptor
 
 const file_gatehouse_proto_rawDesc = "" +
 	"\n" +
-	"\x0fgatehouse.proto\x12\fgatehouse.v1\"\x8c\r\n" +
+	"\x0fgatehouse.proto\x12\fgatehouse.v1\x1a google/protobuf/descriptor.proto\"\x90\x0f\n" +
 	"\x05Frame\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
-	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloH\x00R\x05hello\x12+\n" +
-	"\x05ready\x18\x03 \x01(\v2\x13.gatehouse.v1.ReadyH\x00R\x05ready\x124\n" +
-	"\bdispatch\x18\x04 \x01(\v2\x16.gatehouse.v1.DispatchH\x00R\bdispatch\x12(\n" +
-	"\x04done\x18\x05 \x01(\v2\x12.gatehouse.v1.DoneH\x00R\x04done\x12(\n" +
-	"\x04ping\x18\x06 \x01(\v2\x12.gatehouse.v1.PingH\x00R\x04ping\x12(\n" +
-	"\x04pong\x18\a \x01(\v2\x12.gatehouse.v1.PongH\x00R\x04pong\x12+\n" +
-	"\x05drain\x18\b \x01(\v2\x13.gatehouse.v1.DrainH\x00R\x05drain\x12(\n" +
-	"\x04dial\x18\t \x01(\v2\x12.gatehouse.v1.DialH\x00R\x04dial\x128\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
+	"\x05hello\x18\x02 \x01(\v2\x13.gatehouse.v1.HelloB\x04\x88\xb5\x18\x02H\x00R\x05hello\x121\n" +
+	"\x05ready\x18\x03 \x01(\v2\x13.gatehouse.v1.ReadyB\x04\x88\xb5\x18\x01H\x00R\x05ready\x12D\n" +
+	"\bdispatch\x18\x04 \x01(\v2\x16.gatehouse.v1.DispatchB\x0e\x88\xb5\x18\x02\xa2\xb5\x18\x06has_fdH\x00R\bdispatch\x12.\n" +
+	"\x04done\x18\x05 \x01(\v2\x12.gatehouse.v1.DoneB\x04\x88\xb5\x18\x01H\x00R\x04done\x12.\n" +
+	"\x04ping\x18\x06 \x01(\v2\x12.gatehouse.v1.PingB\x04\x88\xb5\x18\x02H\x00R\x04ping\x12.\n" +
+	"\x04pong\x18\a \x01(\v2\x12.gatehouse.v1.PongB\x04\x88\xb5\x18\x01H\x00R\x04pong\x121\n" +
+	"\x05drain\x18\b \x01(\v2\x13.gatehouse.v1.DrainB\x04\x88\xb5\x18\x02H\x00R\x05drain\x122\n" +
+	"\x04dial\x18\t \x01(\v2\x12.gatehouse.v1.DialB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\x04dial\x12B\n" +
 	"\n" +
 	"rate_check\x18\n" +
-	" \x01(\v2\x17.gatehouse.v1.RateCheckH\x00R\trateCheck\x12A\n" +
-	"\rstats_request\x18\v \x01(\v2\x1a.gatehouse.v1.StatsRequestH\x00R\fstatsRequest\x128\n" +
+	" \x01(\v2\x17.gatehouse.v1.RateCheckB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\trateCheck\x12K\n" +
+	"\rstats_request\x18\v \x01(\v2\x1a.gatehouse.v1.StatsRequestB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\fstatsRequest\x12H\n" +
 	"\n" +
-	"dial_reply\x18\f \x01(\v2\x17.gatehouse.v1.DialReplyH\x00R\tdialReply\x128\n" +
+	"dial_reply\x18\f \x01(\v2\x17.gatehouse.v1.DialReplyB\x0e\x88\xb5\x18\x02\x90\xb5\x18\x02\xa2\xb5\x18\x02okH\x00R\tdialReply\x12B\n" +
 	"\n" +
-	"rate_reply\x18\r \x01(\v2\x17.gatehouse.v1.RateReplyH\x00R\trateReply\x12;\n" +
-	"\vstats_reply\x18\x0e \x01(\v2\x18.gatehouse.v1.StatsReplyH\x00R\n" +
-	"statsReply\x12:\n" +
+	"rate_reply\x18\r \x01(\v2\x17.gatehouse.v1.RateReplyB\b\x88\xb5\x18\x02\x90\xb5\x18\x02H\x00R\trateReply\x12E\n" +
+	"\vstats_reply\x18\x0e \x01(\v2\x18.gatehouse.v1.StatsReplyB\b\x88\xb5\x18\x02\x90\xb5\x18\x02H\x00R\n" +
+	"statsReply\x12D\n" +
 	"\n" +
-	"overloaded\x18\x0f \x01(\v2\x18.gatehouse.v1.OverloadedH\x00R\n" +
-	"overloaded\x12J\n" +
-	"\x10upstream_release\x18\x10 \x01(\v2\x1d.gatehouse.v1.UpstreamReleaseH\x00R\x0fupstreamRelease\x125\n" +
-	"\tlog_level\x18\x11 \x01(\v2\x16.gatehouse.v1.LogLevelH\x00R\blogLevel\x121\n" +
-	"\areclaim\x18\x12 \x01(\v2\x15.gatehouse.v1.ReclaimH\x00R\areclaim\x127\n" +
-	"\treclaimed\x18\x13 \x01(\v2\x17.gatehouse.v1.ReclaimedH\x00R\treclaimed\x128\n" +
+	"overloaded\x18\x0f \x01(\v2\x18.gatehouse.v1.OverloadedB\b\x88\xb5\x18\x02\x90\xb5\x18\x02H\x00R\n" +
+	"overloaded\x12P\n" +
+	"\x10upstream_release\x18\x10 \x01(\v2\x1d.gatehouse.v1.UpstreamReleaseB\x04\x88\xb5\x18\x01H\x00R\x0fupstreamRelease\x12;\n" +
+	"\tlog_level\x18\x11 \x01(\v2\x16.gatehouse.v1.LogLevelB\x04\x88\xb5\x18\x02H\x00R\blogLevel\x127\n" +
+	"\areclaim\x18\x12 \x01(\v2\x15.gatehouse.v1.ReclaimB\x04\x88\xb5\x18\x02H\x00R\areclaim\x12=\n" +
+	"\treclaimed\x18\x13 \x01(\v2\x17.gatehouse.v1.ReclaimedB\x04\x88\xb5\x18\x01H\x00R\treclaimed\x12B\n" +
 	"\n" +
-	"access_log\x18\x14 \x01(\v2\x17.gatehouse.v1.AccessLogH\x00R\taccessLog\x128\n" +
+	"access_log\x18\x14 \x01(\v2\x17.gatehouse.v1.AccessLogB\b\x88\xb5\x18\x02\x98\xb5\x18\x01H\x00R\taccessLog\x12B\n" +
 	"\n" +
-	"body_start\x18\x15 \x01(\v2\x17.gatehouse.v1.BodyStartH\x00R\tbodyStart\x125\n" +
-	"\tbody_done\x18\x16 \x01(\v2\x16.gatehouse.v1.BodyDoneH\x00R\bbodyDone\x128\n" +
+	"body_start\x18\x15 \x01(\v2\x17.gatehouse.v1.BodyStartB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\tbodyStart\x12?\n" +
+	"\tbody_done\x18\x16 \x01(\v2\x16.gatehouse.v1.BodyDoneB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\bbodyDone\x12B\n" +
 	"\n" +
-	"body_reply\x18\x17 \x01(\v2\x17.gatehouse.v1.BodyReplyH\x00R\tbodyReply\x124\n" +
-	"\bpressure\x18\x18 \x01(\v2\x16.gatehouse.v1.PressureH\x00R\bpressure\x12>\n" +
-	"\fstream_start\x18\x19 \x01(\v2\x19.gatehouse.v1.StreamStartH\x00R\vstreamStart\x12>\n" +
-	"\fstream_reply\x18\x1a \x01(\v2\x19.gatehouse.v1.StreamReplyH\x00R\vstreamReply\x12(\n" +
-	"\x04sign\x18\x1b \x01(\v2\x12.gatehouse.v1.SignH\x00R\x04sign\x128\n" +
+	"body_reply\x18\x17 \x01(\v2\x17.gatehouse.v1.BodyReplyB\b\x88\xb5\x18\x02\x90\xb5\x18\x02H\x00R\tbodyReply\x12:\n" +
+	"\bpressure\x18\x18 \x01(\v2\x16.gatehouse.v1.PressureB\x04\x88\xb5\x18\x02H\x00R\bpressure\x12H\n" +
+	"\fstream_start\x18\x19 \x01(\v2\x19.gatehouse.v1.StreamStartB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\vstreamStart\x12H\n" +
+	"\fstream_reply\x18\x1a \x01(\v2\x19.gatehouse.v1.StreamReplyB\b\x88\xb5\x18\x02\x90\xb5\x18\x02H\x00R\vstreamReply\x122\n" +
+	"\x04sign\x18\x1b \x01(\v2\x12.gatehouse.v1.SignB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\x04sign\x12B\n" +
 	"\n" +
-	"sign_reply\x18\x1c \x01(\v2\x17.gatehouse.v1.SignReplyH\x00R\tsignReply\x12;\n" +
-	"\vticket_keys\x18\x1d \x01(\v2\x18.gatehouse.v1.TicketKeysH\x00R\n" +
-	"ticketKeys\x12.\n" +
-	"\x06forget\x18\x1e \x01(\v2\x14.gatehouse.v1.ForgetH\x00R\x06forget\x12A\n" +
-	"\rbody_progress\x18\x1f \x01(\v2\x1a.gatehouse.v1.BodyProgressH\x00R\fbodyProgressB\x06\n" +
+	"sign_reply\x18\x1c \x01(\v2\x17.gatehouse.v1.SignReplyB\b\x88\xb5\x18\x02\x90\xb5\x18\x02H\x00R\tsignReply\x12A\n" +
+	"\vticket_keys\x18\x1d \x01(\v2\x18.gatehouse.v1.TicketKeysB\x04\x88\xb5\x18\x02H\x00R\n" +
+	"ticketKeys\x124\n" +
+	"\x06forget\x18\x1e \x01(\v2\x14.gatehouse.v1.ForgetB\x04\x88\xb5\x18\x02H\x00R\x06forget\x12K\n" +
+	"\rbody_progress\x18\x1f \x01(\v2\x1a.gatehouse.v1.BodyProgressB\b\x88\xb5\x18\x01\x90\xb5\x18\x01H\x00R\fbodyProgressB\x06\n" +
 	"\x04body\"@\n" +
 	"\vStreamStart\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
@@ -2984,7 +3142,16 @@ const file_gatehouse_proto_rawDesc = "" +
 	"TicketKeys\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\"!\n" +
 	"\x06Forget\x12\x17\n" +
-	"\aconn_id\x18\x01 \x01(\x04R\x06connId*Q\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId*J\n" +
+	"\x06Sender\x12\x16\n" +
+	"\x12SENDER_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rSENDER_WORKER\x10\x01\x12\x15\n" +
+	"\x11SENDER_SUPERVISOR\x10\x02*9\n" +
+	"\x04Role\x12\x0f\n" +
+	"\vROLE_NOTICE\x10\x00\x12\x10\n" +
+	"\fROLE_REQUEST\x10\x01\x12\x0e\n" +
+	"\n" +
+	"ROLE_REPLY\x10\x02*Q\n" +
 	"\vDisposition\x12\x1b\n" +
 	"\x17DISPOSITION_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3010,7 +3177,11 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\aTIMEOUT\x10\x03\x12\x0f\n" +
 	"\vBAD_REQUEST\x10\x04\x12\x0e\n" +
 	"\n" +
-	"OVERLOADED\x10\x05B0Z.github.com/gatehouse-dev/gatehouse/proto;protob\x06proto3"
+	"OVERLOADED\x10\x05:M\n" +
+	"\x06sender\x12\x1d.google.protobuf.FieldOptions\x18ц\x03 \x01(\x0e2\x14.gatehouse.v1.SenderR\x06sender:G\n" +
+	"\x04role\x12\x1d.google.protobuf.FieldOptions\x18҆\x03 \x01(\x0e2\x12.gatehouse.v1.RoleR\x04role:/\n" +
+	"\x02fd\x12\x1d.google.protobuf.FieldOptions\x18ӆ\x03 \x01(\bR\x02fd:4\n" +
+	"\x05fd_if\x12\x1d.google.protobuf.FieldOptions\x18Ԇ\x03 \x01(\tR\x04fdIfB0Z.github.com/gatehouse-dev/gatehouse/proto;protob\x06proto3"
 
 var (
 	file_gatehouse_proto_rawDescOnce sync.Once
@@ -3024,90 +3195,99 @@ func file_gatehouse_proto_rawDescGZIP() []byte {
 	return file_gatehouse_proto_rawDescData
 }
 
-var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_gatehouse_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_gatehouse_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_gatehouse_proto_goTypes = []any{
-	(Disposition)(0),        // 0: gatehouse.v1.Disposition
-	(Handback)(0),           // 1: gatehouse.v1.Handback
-	(Outcome)(0),            // 2: gatehouse.v1.Outcome
-	(*Frame)(nil),           // 3: gatehouse.v1.Frame
-	(*StreamStart)(nil),     // 4: gatehouse.v1.StreamStart
-	(*StreamReply)(nil),     // 5: gatehouse.v1.StreamReply
-	(*BodyStart)(nil),       // 6: gatehouse.v1.BodyStart
-	(*BodyProgress)(nil),    // 7: gatehouse.v1.BodyProgress
-	(*BodyDone)(nil),        // 8: gatehouse.v1.BodyDone
-	(*BodyReply)(nil),       // 9: gatehouse.v1.BodyReply
-	(*Dial)(nil),            // 10: gatehouse.v1.Dial
-	(*DialReply)(nil),       // 11: gatehouse.v1.DialReply
-	(*UpstreamRelease)(nil), // 12: gatehouse.v1.UpstreamRelease
-	(*Reclaim)(nil),         // 13: gatehouse.v1.Reclaim
-	(*Reclaimed)(nil),       // 14: gatehouse.v1.Reclaimed
-	(*RateCheck)(nil),       // 15: gatehouse.v1.RateCheck
-	(*RateReply)(nil),       // 16: gatehouse.v1.RateReply
-	(*StatsRequest)(nil),    // 17: gatehouse.v1.StatsRequest
-	(*StatsReply)(nil),      // 18: gatehouse.v1.StatsReply
-	(*Overloaded)(nil),      // 19: gatehouse.v1.Overloaded
-	(*LogLevel)(nil),        // 20: gatehouse.v1.LogLevel
-	(*AccessLog)(nil),       // 21: gatehouse.v1.AccessLog
-	(*Pressure)(nil),        // 22: gatehouse.v1.Pressure
-	(*Hello)(nil),           // 23: gatehouse.v1.Hello
-	(*HtpasswdFile)(nil),    // 24: gatehouse.v1.HtpasswdFile
-	(*HtpasswdUser)(nil),    // 25: gatehouse.v1.HtpasswdUser
-	(*SandboxLayer)(nil),    // 26: gatehouse.v1.SandboxLayer
-	(*Ready)(nil),           // 27: gatehouse.v1.Ready
-	(*Dispatch)(nil),        // 28: gatehouse.v1.Dispatch
-	(*Done)(nil),            // 29: gatehouse.v1.Done
-	(*Ping)(nil),            // 30: gatehouse.v1.Ping
-	(*Pong)(nil),            // 31: gatehouse.v1.Pong
-	(*Drain)(nil),           // 32: gatehouse.v1.Drain
-	(*TLSCertificate)(nil),  // 33: gatehouse.v1.TLSCertificate
-	(*Sign)(nil),            // 34: gatehouse.v1.Sign
-	(*SignReply)(nil),       // 35: gatehouse.v1.SignReply
-	(*TicketKeys)(nil),      // 36: gatehouse.v1.TicketKeys
-	(*Forget)(nil),          // 37: gatehouse.v1.Forget
+	(Sender)(0),                       // 0: gatehouse.v1.Sender
+	(Role)(0),                         // 1: gatehouse.v1.Role
+	(Disposition)(0),                  // 2: gatehouse.v1.Disposition
+	(Handback)(0),                     // 3: gatehouse.v1.Handback
+	(Outcome)(0),                      // 4: gatehouse.v1.Outcome
+	(*Frame)(nil),                     // 5: gatehouse.v1.Frame
+	(*StreamStart)(nil),               // 6: gatehouse.v1.StreamStart
+	(*StreamReply)(nil),               // 7: gatehouse.v1.StreamReply
+	(*BodyStart)(nil),                 // 8: gatehouse.v1.BodyStart
+	(*BodyProgress)(nil),              // 9: gatehouse.v1.BodyProgress
+	(*BodyDone)(nil),                  // 10: gatehouse.v1.BodyDone
+	(*BodyReply)(nil),                 // 11: gatehouse.v1.BodyReply
+	(*Dial)(nil),                      // 12: gatehouse.v1.Dial
+	(*DialReply)(nil),                 // 13: gatehouse.v1.DialReply
+	(*UpstreamRelease)(nil),           // 14: gatehouse.v1.UpstreamRelease
+	(*Reclaim)(nil),                   // 15: gatehouse.v1.Reclaim
+	(*Reclaimed)(nil),                 // 16: gatehouse.v1.Reclaimed
+	(*RateCheck)(nil),                 // 17: gatehouse.v1.RateCheck
+	(*RateReply)(nil),                 // 18: gatehouse.v1.RateReply
+	(*StatsRequest)(nil),              // 19: gatehouse.v1.StatsRequest
+	(*StatsReply)(nil),                // 20: gatehouse.v1.StatsReply
+	(*Overloaded)(nil),                // 21: gatehouse.v1.Overloaded
+	(*LogLevel)(nil),                  // 22: gatehouse.v1.LogLevel
+	(*AccessLog)(nil),                 // 23: gatehouse.v1.AccessLog
+	(*Pressure)(nil),                  // 24: gatehouse.v1.Pressure
+	(*Hello)(nil),                     // 25: gatehouse.v1.Hello
+	(*HtpasswdFile)(nil),              // 26: gatehouse.v1.HtpasswdFile
+	(*HtpasswdUser)(nil),              // 27: gatehouse.v1.HtpasswdUser
+	(*SandboxLayer)(nil),              // 28: gatehouse.v1.SandboxLayer
+	(*Ready)(nil),                     // 29: gatehouse.v1.Ready
+	(*Dispatch)(nil),                  // 30: gatehouse.v1.Dispatch
+	(*Done)(nil),                      // 31: gatehouse.v1.Done
+	(*Ping)(nil),                      // 32: gatehouse.v1.Ping
+	(*Pong)(nil),                      // 33: gatehouse.v1.Pong
+	(*Drain)(nil),                     // 34: gatehouse.v1.Drain
+	(*TLSCertificate)(nil),            // 35: gatehouse.v1.TLSCertificate
+	(*Sign)(nil),                      // 36: gatehouse.v1.Sign
+	(*SignReply)(nil),                 // 37: gatehouse.v1.SignReply
+	(*TicketKeys)(nil),                // 38: gatehouse.v1.TicketKeys
+	(*Forget)(nil),                    // 39: gatehouse.v1.Forget
+	(*descriptorpb.FieldOptions)(nil), // 40: google.protobuf.FieldOptions
 }
 var file_gatehouse_proto_depIdxs = []int32{
-	23, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
-	27, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
-	28, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
-	29, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
-	30, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
-	31, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
-	32, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
-	10, // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
-	15, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
-	17, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
-	11, // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
-	16, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
-	18, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
-	19, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
-	12, // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
-	20, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
-	13, // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
-	14, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
-	21, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
-	6,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
-	8,  // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
-	9,  // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
-	22, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
-	4,  // 23: gatehouse.v1.Frame.stream_start:type_name -> gatehouse.v1.StreamStart
-	5,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
-	34, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
-	35, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
-	36, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
-	37, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
-	7,  // 29: gatehouse.v1.Frame.body_progress:type_name -> gatehouse.v1.BodyProgress
-	33, // 30: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
-	24, // 31: gatehouse.v1.Hello.htpasswd:type_name -> gatehouse.v1.HtpasswdFile
-	25, // 32: gatehouse.v1.HtpasswdFile.users:type_name -> gatehouse.v1.HtpasswdUser
-	26, // 33: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
-	0,  // 34: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
-	2,  // 35: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
-	1,  // 36: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
+	25, // 0: gatehouse.v1.Frame.hello:type_name -> gatehouse.v1.Hello
+	29, // 1: gatehouse.v1.Frame.ready:type_name -> gatehouse.v1.Ready
+	30, // 2: gatehouse.v1.Frame.dispatch:type_name -> gatehouse.v1.Dispatch
+	31, // 3: gatehouse.v1.Frame.done:type_name -> gatehouse.v1.Done
+	32, // 4: gatehouse.v1.Frame.ping:type_name -> gatehouse.v1.Ping
+	33, // 5: gatehouse.v1.Frame.pong:type_name -> gatehouse.v1.Pong
+	34, // 6: gatehouse.v1.Frame.drain:type_name -> gatehouse.v1.Drain
+	12, // 7: gatehouse.v1.Frame.dial:type_name -> gatehouse.v1.Dial
+	17, // 8: gatehouse.v1.Frame.rate_check:type_name -> gatehouse.v1.RateCheck
+	19, // 9: gatehouse.v1.Frame.stats_request:type_name -> gatehouse.v1.StatsRequest
+	13, // 10: gatehouse.v1.Frame.dial_reply:type_name -> gatehouse.v1.DialReply
+	18, // 11: gatehouse.v1.Frame.rate_reply:type_name -> gatehouse.v1.RateReply
+	20, // 12: gatehouse.v1.Frame.stats_reply:type_name -> gatehouse.v1.StatsReply
+	21, // 13: gatehouse.v1.Frame.overloaded:type_name -> gatehouse.v1.Overloaded
+	14, // 14: gatehouse.v1.Frame.upstream_release:type_name -> gatehouse.v1.UpstreamRelease
+	22, // 15: gatehouse.v1.Frame.log_level:type_name -> gatehouse.v1.LogLevel
+	15, // 16: gatehouse.v1.Frame.reclaim:type_name -> gatehouse.v1.Reclaim
+	16, // 17: gatehouse.v1.Frame.reclaimed:type_name -> gatehouse.v1.Reclaimed
+	23, // 18: gatehouse.v1.Frame.access_log:type_name -> gatehouse.v1.AccessLog
+	8,  // 19: gatehouse.v1.Frame.body_start:type_name -> gatehouse.v1.BodyStart
+	10, // 20: gatehouse.v1.Frame.body_done:type_name -> gatehouse.v1.BodyDone
+	11, // 21: gatehouse.v1.Frame.body_reply:type_name -> gatehouse.v1.BodyReply
+	24, // 22: gatehouse.v1.Frame.pressure:type_name -> gatehouse.v1.Pressure
+	6,  // 23: gatehouse.v1.Frame.stream_start:type_name -> gatehouse.v1.StreamStart
+	7,  // 24: gatehouse.v1.Frame.stream_reply:type_name -> gatehouse.v1.StreamReply
+	36, // 25: gatehouse.v1.Frame.sign:type_name -> gatehouse.v1.Sign
+	37, // 26: gatehouse.v1.Frame.sign_reply:type_name -> gatehouse.v1.SignReply
+	38, // 27: gatehouse.v1.Frame.ticket_keys:type_name -> gatehouse.v1.TicketKeys
+	39, // 28: gatehouse.v1.Frame.forget:type_name -> gatehouse.v1.Forget
+	9,  // 29: gatehouse.v1.Frame.body_progress:type_name -> gatehouse.v1.BodyProgress
+	35, // 30: gatehouse.v1.Hello.certificates:type_name -> gatehouse.v1.TLSCertificate
+	26, // 31: gatehouse.v1.Hello.htpasswd:type_name -> gatehouse.v1.HtpasswdFile
+	27, // 32: gatehouse.v1.HtpasswdFile.users:type_name -> gatehouse.v1.HtpasswdUser
+	28, // 33: gatehouse.v1.Ready.layers:type_name -> gatehouse.v1.SandboxLayer
+	2,  // 34: gatehouse.v1.Done.disposition:type_name -> gatehouse.v1.Disposition
+	4,  // 35: gatehouse.v1.Done.outcome:type_name -> gatehouse.v1.Outcome
+	3,  // 36: gatehouse.v1.Done.handback:type_name -> gatehouse.v1.Handback
+	40, // 37: gatehouse.v1.sender:extendee -> google.protobuf.FieldOptions
+	40, // 38: gatehouse.v1.role:extendee -> google.protobuf.FieldOptions
+	40, // 39: gatehouse.v1.fd:extendee -> google.protobuf.FieldOptions
+	40, // 40: gatehouse.v1.fd_if:extendee -> google.protobuf.FieldOptions
+	0,  // 41: gatehouse.v1.sender:type_name -> gatehouse.v1.Sender
+	1,  // 42: gatehouse.v1.role:type_name -> gatehouse.v1.Role
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	41, // [41:43] is the sub-list for extension type_name
+	37, // [37:41] is the sub-list for extension extendee
 	0,  // [0:37] is the sub-list for field type_name
 }
 
@@ -3153,15 +3333,16 @@ func file_gatehouse_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gatehouse_proto_rawDesc), len(file_gatehouse_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      5,
 			NumMessages:   35,
-			NumExtensions: 0,
+			NumExtensions: 4,
 			NumServices:   0,
 		},
 		GoTypes:           file_gatehouse_proto_goTypes,
 		DependencyIndexes: file_gatehouse_proto_depIdxs,
 		EnumInfos:         file_gatehouse_proto_enumTypes,
 		MessageInfos:      file_gatehouse_proto_msgTypes,
+		ExtensionInfos:    file_gatehouse_proto_extTypes,
 	}.Build()
 	File_gatehouse_proto = out.File
 	file_gatehouse_proto_goTypes = nil

@@ -125,7 +125,7 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 		d.logLimited(hclog.Warn, "conn-table-full", "connection table full", "connections", d.conns.len())
 		return
 	}
-	c.fd, c.client, c.listener, c.peer, c.accepted, c.fresh, c.tls = fd, cl, uint32(listener), packPeer(peer), monoOf(now), true, tls
+	c.fd, c.client, c.listener, c.peer, c.accepted, c.tls = fd, cl, uint32(listener), packPeer(peer), monoOf(now), tls
 	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
 		d.conns.release(c)
 		unix.Close(fd)
@@ -134,13 +134,12 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 	}
 	d.clients[key] = cl
 	cl.conns++
-	d.queued++
 	d.c.accepted++
-	cl.incomplete.push(c)
 	if proxy {
-		c.state = stateProxy
+		d.setState(c, stateProxy, now)
+	} else {
+		d.setState(c, stateFresh, now)
 	}
-	d.freshTimers.push(c)
 }
 
 func (d *dispatcher) trusted(a netip.Addr) bool {

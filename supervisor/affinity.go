@@ -86,7 +86,7 @@ func (d *dispatcher) nextWaiting(now time.Time) *conn {
 	}
 	free := d.pickWorker(false) != nil
 	i := 0
-	for c := d.waiting.first(); c != nil && i < waitScan; c, i = d.waiting.next(c), i+1 {
+	for c := d.lists[listWaiting].first(); c != nil && i < waitScan; c, i = d.lists[listWaiting].next(c), i+1 {
 		switch {
 		case c.kept == nil:
 			if free {
@@ -102,12 +102,12 @@ func (d *dispatcher) nextWaiting(now time.Time) *conn {
 // keeperDeadline is when a plain connection in the pool's queue may next
 // move to a free worker (zero: none may), so the loop wakes for it.
 func (d *dispatcher) keeperDeadline() time.Time {
-	if d.waiting.first() == nil || !d.keepsPlain() || d.pickWorker(false) == nil {
+	if d.lists[listWaiting].first() == nil || !d.keepsPlain() || d.pickWorker(false) == nil {
 		return time.Time{}
 	}
 	next := farFuture
 	i := 0
-	for c := d.waiting.first(); c != nil && i < waitScan; c, i = d.waiting.next(c), i+1 {
+	for c := d.lists[listWaiting].first(); c != nil && i < waitScan; c, i = d.lists[listWaiting].next(c), i+1 {
 		if c.kept != nil && !c.tls {
 			if t := d.moveAt(c); t.Before(next) {
 				next = t

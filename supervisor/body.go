@@ -29,11 +29,6 @@ import (
 type bodyBudget struct {
 	bodyBytes int64 // charged to connections receiving a body
 	bodyConns int
-	// bodyWaiting holds connections whose body is complete, waiting for a
-	// pool slot, oldest first (q* links); bodyWaitTimers the same by
-	// no_worker_timeout (t* links).
-	bodyWaiting    connList
-	bodyWaitTimers connList
 
 	bodiesBuffered uint64
 	bodyRefused    uint64
@@ -83,9 +78,7 @@ func (d *dispatcher) bodyStart(w *workerProc, id uint64, c *conn, n int64, now t
 	}
 	d.bodiesBuffered++
 	// The slot goes back to the pool now, as for a finished round.
-	d.leaveRound(c, false)
-	c.body.word = uint64(n) // declared
-	d.enterRound(c, roundBody)
+	d.setRound(c, roundBody, uint64(n))
 	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: true}}}, -1)
 	d.pump(c.client, now)
 }
@@ -122,10 +115,8 @@ func (d *dispatcher) bodyProgress(w *workerProc, id uint64, c *conn, received in
 // bodyDone releases c's body budget and asks for a pool slot for it; the
 // request keeps its in-flight slot until the answer.
 func (d *dispatcher) bodyDone(id uint64, c *conn, now time.Time) {
-	d.leaveRound(c, false)
-	c.body.word = id // resume
 	c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
-	d.enterRound(c, roundBodyWait)
+	d.setRound(c, roundBodyWait, id)
 	d.grantBody(c)
 }
 
@@ -134,10 +125,10 @@ func (d *dispatcher) bodyDone(id uint64, c *conn, now time.Time) {
 // concurrency is not checked: the connection is already there.
 func (d *dispatcher) grantBody(c *conn) bool {
 	cl := c.client
-	if d.out >= d.pool || !cl.trusted && cl.out >= d.share {
+	if d.out >= d.pool || d.overShare(cl) {
 		return false
 	}
-	d.setRound(c, roundPool)
+	d.setRound(c, roundPool, 0)
 	return true
 }
 
@@ -145,19 +136,10 @@ func (d *dispatcher) grantBody(c *conn) bool {
 // those whose client is under its share. They go before new dispatches:
 // their requests are further along.
 func (d *dispatcher) pumpBodies() {
-	for c := d.bodyWaiting.first(); c != nil && d.out < d.pool; {
-		next := d.bodyWaiting.next(c)
+	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
+		next := d.lists[listBodyWaiting].next(c)
 		d.grantBody(c)
 		c = next
-	}
-}
-
-// expireBodies refuses the slot to complete bodies that waited
-// no_worker_timeout; their workers answer 503.
-func (d *dispatcher) expireBodies(now time.Time) {
-	for c := d.bodyWaitTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.bodyWaitTimers.first() {
-		d.bodyNoSlot++
-		d.setRound(c, roundSpent)
 	}
 }
 

@@ -4,26 +4,15 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
-// connState is where a connection is. Transitions (all in the dispatcher):
-//
-//	accept ──► fresh ──readable──► (waiting) ──► atWorker ──Done keep-alive──► idle
-//	              │                    │             │  ▲                       │
-//	              │ first-byte         │ no worker:  │  └──────readable─────────┘
-//	              ▼ timeout            ▼ 503         ├──Done close──► closed
-//	            closed               linger          └──Done linger──► linger ──► closed
-//
-// A fresh or idle connection becomes readable; if its input holds a complete
-// head (or one no parser would accept, or one over the size caps) it goes to
-// waiting or a worker, otherwise to head until the rest arrives (or its head
-// deadline or inter-byte gap expires: 408). A connection whose Done carries
-// input goes the same way without parking. On a proxy_protocol listener a
-// connection starts in proxy until its PROXY header has been read.
-// docs/DESIGN.md §2.1 draws every transition with its cause.
-//
-//	proxy ──header──► fresh ──partial head──► head ──complete──► (waiting)
+// connState is where a connection is; docs/DESIGN.md §2.1 draws the states
+// and lists every change with its cause. setState alone changes it, moves
+// is the changes it permits, and TestDesignStates fails when DESIGN's
+// states or changes differ from stateNames and moves.
 type connState uint8
 
 const (
@@ -34,11 +23,50 @@ const (
 	stateLinger                    // discarding input before close
 	stateHead                      // parked, part of a head received
 	stateProxy                     // parked, before its PROXY header
+	numStates
+	// stateNew is a record admit has not placed yet (connSlab.alloc), and
+	// stateClosed one closeConn is forgetting: no live connection is in
+	// either.
+	stateNew    = numStates
+	stateClosed = numStates + 1
 )
 
-var stateNames = [...]string{"fresh", "idle", "waiting", "at_worker", "linger", "head", "proxy"}
+var stateNames = [numStates]string{"fresh", "idle", "waiting", "at_worker", "linger", "head", "proxy"}
 
-func (s connState) String() string { return stateNames[s] }
+func (s connState) String() string {
+	switch s {
+	case stateNew:
+		return "new"
+	case stateClosed:
+		return "closed"
+	}
+	return stateNames[s]
+}
+
+// stateSet is a set of states, as bits.
+type stateSet uint16
+
+func statesOf(ss ...connState) stateSet {
+	var set stateSet
+	for _, s := range ss {
+		set |= 1 << s
+	}
+	return set
+}
+
+// moves is every state change setState permits, by the state it leaves;
+// closing is permitted from every state. docs/DESIGN.md §2.1 lists the same
+// (TestDesignStates).
+var moves = [stateNew + 1]stateSet{
+	stateNew:      statesOf(stateFresh, stateProxy),
+	stateProxy:    statesOf(stateFresh),
+	stateFresh:    statesOf(stateHead, stateWaiting, stateAtWorker, stateLinger),
+	stateHead:     statesOf(stateWaiting, stateAtWorker, stateLinger),
+	stateIdle:     statesOf(stateHead, stateWaiting, stateAtWorker, stateLinger),
+	stateWaiting:  statesOf(stateWaiting, stateAtWorker, stateLinger),
+	stateAtWorker: statesOf(stateAtWorker, stateWaiting, stateHead, stateIdle, stateLinger),
+	stateLinger:   0,
+}
 
 // conn is the dispatcher's record of one client connection, in the slab
 // (connSlab). It is owned by the dispatcher loop; no other goroutine touches
@@ -127,7 +155,7 @@ func (p peerAddr) addrPort() netip.AddrPort {
 // headState is an incomplete head (state head): the bytes read so far, at
 // most headend.MaxHead, where to resume scanning them, and when its first and
 // latest bytes arrived (the head deadline and the gap run from them; the
-// connection is on headTimers by the q* links, gapTimers by t*).
+// connection is on listHeadTimers by the q* links, listGapTimers by t*).
 type headState struct {
 	buf       []byte
 	scan      int
@@ -146,3 +174,125 @@ var epoch = time.Now()
 func monoOf(t time.Time) mono { return mono(t.Sub(epoch)) }
 
 func (m mono) time() time.Time { return epoch.Add(time.Duration(m)) }
+
+// setState moves c from its state to s, and does all the bookkeeping of
+// connection states: it takes c off the lists and counts of the state it
+// leaves and puts it on those of s, with the deadline of s (from now).
+// Only where s continues the old state's wait does c keep its timer:
+// proxy → fresh (the first-byte timeout runs on, as does c's place among
+// its client's incomplete connections) and waiting → waiting (moved
+// between the pool's queue and its client's, under the same
+// no_worker_timeout). closeConn leaves a state the same way (leaveState).
+//
+// What setState needs from its caller: for at_worker, c.worker (dispatch);
+// for head, the head's first bytes in c.hd.buf (startHead). A connection
+// leaving at_worker has had its round released already (done releases it
+// first, so that pump can use the slot).
+//
+// Sub-states carried as flags rather than states, and who moves them:
+//   - fresh: counted in queued (max_queued_connections) from accept until
+//     its first request: set on entering fresh or proxy from new, cleared
+//     (unqueue) on a plain connection's first dispatch, at the first Done
+//     that served a request (a TLS connection's head is not seen), or at
+//     close.
+//   - round: how a connection at_worker is accounted (pool, body,
+//     bodyWait, spent, stream, and upgrade within stream); setRound moves
+//     it, and setState enters pool and releases it (release).
+//   - kept: a worker holds a copy of the descriptor (affinity.go: keptBy,
+//     takeKept, forget); any state but at_worker.
+//   - hot: a worker waits for a kept-alive connection's next request
+//     without returning it; to the dispatcher it is at_worker in round
+//     pool (hot.go).
+//   - lowat: SO_RCVLOWAT raised on a parked TLS connection (tls.go).
+func (d *dispatcher) setState(c *conn, s connState, now time.Time) {
+	if moves[c.state]&(1<<s) == 0 {
+		d.badMoves++
+		d.logLimited(hclog.Error, "bad-move", "connection state change not permitted", "from", c.state, "to", s)
+	}
+	from := c.state
+	d.leaveState(c, s)
+	c.state = s
+	l := d.cfg.Limits
+	switch s {
+	case stateFresh, stateProxy:
+		if from == stateNew {
+			c.fresh = true
+			d.queued++
+			c.client.incomplete.push(c)
+			d.lists[listFreshTimers].push(c)
+		}
+	case stateIdle:
+		d.idle++
+		c.deadline = monoOf(now.Add(l.KeepAliveIdleTimeout))
+		d.lists[listIdleTimers].push(c)
+	case stateWaiting:
+		// The queue tryDispatch chose, by the same rule.
+		q := &d.lists[listWaiting]
+		if d.overShare(c.client) {
+			q = &c.client.waiting
+		}
+		q.push(c)
+		if c.tlist != listWaitTimers {
+			c.deadline = monoOf(now.Add(l.NoWorkerTimeout))
+			d.lists[listWaitTimers].push(c)
+		}
+	case stateAtWorker:
+		if !c.tls {
+			// A plain connection is dispatched with its first head
+			// complete: it has sent its first request, and a long
+			// answer (a stream, an upload) must not hold a place of
+			// max_queued_connections, where it would have newcomers
+			// evict each other.
+			d.unqueue(c)
+		} else {
+			c.worker.tls++
+		}
+		d.enterRound(c, roundPool)
+	case stateLinger:
+		c.deadline = monoOf(now.Add(lingerTimeout))
+		d.lists[listLingerTimers].push(c)
+	case stateHead:
+		// Room is made before c joins its client's incomplete
+		// connections, so c itself is never the one closed.
+		in := c.hd.buf
+		for d.headBytes+len(in) > headBudget && d.evictIncomplete("head buffer budget") {
+		}
+		c.hd.buf, c.hd.firstByte, c.hd.lastByte = nil, now, now
+		d.growHead(c, in)
+		d.lists[listGapTimers].push(c)
+		d.lists[listHeadTimers].push(c)
+		c.client.incomplete.push(c)
+		d.headsBuffered++
+	}
+}
+
+// leaveState takes c off the lists and counts of its state, but for those
+// state to continues (setState); to is stateClosed when c is being closed.
+func (d *dispatcher) leaveState(c *conn, to connState) {
+	from := c.state
+	if !(from == stateProxy && to == stateFresh || from == stateWaiting && to == stateWaiting) {
+		if c.tlist == listIdleTimers {
+			d.idle--
+		}
+		d.leaveTimer(c)
+		d.leaveIncomplete(c)
+	}
+	d.leaveQueue(c)
+	if from == stateHead || to == stateClosed {
+		d.dropHead(c)
+	}
+	if to == stateClosed {
+		if c.worker != nil {
+			d.release(c)
+		}
+		d.unqueue(c)
+	}
+}
+
+// unqueue takes c out of the queued count, if it is in it.
+func (d *dispatcher) unqueue(c *conn) {
+	if c.fresh {
+		c.fresh = false
+		d.queued--
+	}
+}

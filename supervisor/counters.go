@@ -258,7 +258,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 		AtWorkers:     d.out,
 		Queued:        d.queued,
 		Conns:         map[string]int{},
-		Waiting:       d.waiting.n,
+		Waiting:       d.lists[listWaiting].n,
 		Stopping:      d.stopping,
 		ShutdownGrace: d.cfg.Limits.ShutdownGrace,
 		Counters: map[string]uint64{

@@ -19,62 +19,18 @@ import (
 // closed, and their clients are not penalized: a compromised worker cannot
 // frame them). Only then does a request take an in-flight slot, and the
 // row's handler run. ipc/PROTOCOL.md lists the same rows
-// (TestFrameTableDocumented holds it, and docs/DESIGN.md §4.4, to this
-// table).
-
-// frameKind indexes frameTable.
-type frameKind uint8
-
-const (
-	frameOther frameKind = iota // any frame a worker never sends
-	frameReady
-	frameDone
-	framePong
-	frameDial
-	frameRateCheck
-	frameStatsRequest
-	frameUpstreamRelease
-	frameReclaimed
-	frameBodyStart
-	frameBodyDone
-	frameStreamStart
-	frameSign
-	frameBodyProgress
-	frameKinds
-)
-
-// kindOf is f's row in frameTable.
-func kindOf(f *proto.Frame) frameKind {
-	switch f.Body.(type) {
-	case *proto.Frame_Ready:
-		return frameReady
-	case *proto.Frame_Done:
-		return frameDone
-	case *proto.Frame_Pong:
-		return framePong
-	case *proto.Frame_Dial:
-		return frameDial
-	case *proto.Frame_RateCheck:
-		return frameRateCheck
-	case *proto.Frame_StatsRequest:
-		return frameStatsRequest
-	case *proto.Frame_UpstreamRelease:
-		return frameUpstreamRelease
-	case *proto.Frame_Reclaimed:
-		return frameReclaimed
-	case *proto.Frame_BodyStart:
-		return frameBodyStart
-	case *proto.Frame_BodyDone:
-		return frameBodyDone
-	case *proto.Frame_BodyProgress:
-		return frameBodyProgress
-	case *proto.Frame_StreamStart:
-		return frameStreamStart
-	case *proto.Frame_Sign:
-		return frameSign
-	}
-	return frameOther
-}
+// (TestFrameTableDocumented holds it to this table).
+//
+// The table is the map of the whole protocol: it has a row for every frame
+// of the schema, indexed by ipc.Kind (the body's field number, no switch
+// over the types). What the schema declares on each frame's field, who
+// sends it, its role (notice, request or reply) and its descriptors, comes
+// from there (ipc.Spec); workerFrames below adds, for each frame a worker
+// sends, what the supervisor admits and its handler. The supervisor's own
+// frames have rows without either: their handler is the worker's (its run
+// loop), and one coming from a worker kills it. A new frame is its message
+// and field in proto/gatehouse.proto, a row of workerFrames when a worker
+// sends it, its handler, and ipc/PROTOCOL.md.
 
 // workerMask is a set of worker states.
 type workerMask uint8
@@ -107,14 +63,12 @@ var anyRound = roundsIn(roundPool, roundBody, roundBodyWait, roundSpent, roundSt
 
 // frameRule is one row of the frame table.
 type frameRule struct {
-	name string
-	// request: the id is not 0, and the frame takes an in-flight slot and
-	// gets exactly one reply with its id (its reply type, or Overloaded).
-	// Every other frame has id 0 and gets no reply.
-	request bool
-	// fds is how many descriptors the frame carries (ipc checks the
-	// count it expects; this is what the dispatcher admits).
-	fds int
+	// Spec is what the schema declares: the name, the sender, the role
+	// (a request has an id not 0, takes an in-flight slot and gets
+	// exactly one reply with its id, its reply type or Overloaded; every
+	// other frame a worker sends has id 0 and gets no reply) and the
+	// descriptors, which ipc has checked.
+	*ipc.Spec
 	// workers are the worker states in which the frame is admitted.
 	workers workerMask
 	// connID, when not nil, returns the connection the frame names: one
@@ -137,11 +91,24 @@ var (
 	started = workersIn(workerStarting, workerReady, workerDraining)
 )
 
-// frameTable is indexed by frameKind; frameOther's row admits nothing.
-var frameTable = [frameKinds]frameRule{
-	frameOther: {name: "(other)"},
-	frameReady: {
-		name:    "Ready",
+// frameTable is indexed by ipc.Kind: workerFrames' rows on the schema's
+// Specs; a kind the schema does not use has an empty row.
+var frameTable = func() (t [ipc.MaxKind + 1]frameRule) {
+	for _, s := range ipc.Specs() {
+		t[s.Kind] = workerFrames[s.Name]
+		t[s.Kind].Spec = s
+	}
+	return t
+}()
+
+// request reports whether frames of r are requests.
+func (r *frameRule) request() bool { return r.Role == proto.Role_ROLE_REQUEST }
+
+// workerFrames holds, by name, what the supervisor admits of each frame a
+// worker sends, and its handler (TestFrameTableRows: one row for each, and
+// none for a frame the supervisor sends).
+var workerFrames = map[string]frameRule{
+	"Ready": {
 		workers: workersIn(workerStarting, workerDraining),
 		repeat:  "once per process",
 		check: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn) string {
@@ -156,8 +123,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameDone: {
-		name:    "Done",
+	"Done": {
 		workers: live,
 		connID:  func(f *proto.Frame) uint64 { return f.GetDone().GetConnId() },
 		rounds:  anyRound,
@@ -168,8 +134,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	framePong: {
-		name:    "Pong",
+	"Pong": {
 		workers: started,
 		repeat:  "any",
 		handle: func(d *dispatcher, w *workerProc, _ *proto.Frame, _ *conn, now time.Time) bool {
@@ -177,9 +142,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameDial: {
-		name:    "Dial",
-		request: true,
+	"Dial": {
 		workers: live,
 		repeat:  "any",
 		check: func(d *dispatcher, _ *workerProc, f *proto.Frame, _ *conn) string {
@@ -193,9 +156,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameRateCheck: {
-		name:    "RateCheck",
-		request: true,
+	"RateCheck": {
 		workers: live,
 		connID:  func(f *proto.Frame) uint64 { return f.GetRateCheck().GetConnId() },
 		rounds:  anyRound,
@@ -211,9 +172,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameStatsRequest: {
-		name:    "StatsRequest",
-		request: true,
+	"StatsRequest": {
 		workers: live,
 		repeat:  "any",
 		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn, now time.Time) bool {
@@ -221,8 +180,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameUpstreamRelease: {
-		name:    "UpstreamRelease",
+	"UpstreamRelease": {
 		workers: live,
 		repeat:  "once per upstream connection",
 		check: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn) string {
@@ -237,8 +195,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameReclaimed: {
-		name:    "Reclaimed",
+	"Reclaimed": {
 		workers: live,
 		repeat:  "once per Reclaim",
 		check: func(d *dispatcher, w *workerProc, f *proto.Frame, _ *conn) string {
@@ -252,9 +209,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameBodyStart: {
-		name:    "BodyStart",
-		request: true,
+	"BodyStart": {
 		workers: live,
 		connID:  func(f *proto.Frame) uint64 { return f.GetBodyStart().GetConnId() },
 		rounds:  roundsIn(roundPool),
@@ -265,9 +220,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameBodyDone: {
-		name:    "BodyDone",
-		request: true,
+	"BodyDone": {
 		workers: live,
 		connID:  func(f *proto.Frame) uint64 { return f.GetBodyDone().GetConnId() },
 		rounds:  roundsIn(roundBody),
@@ -277,9 +230,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameBodyProgress: {
-		name:    "BodyProgress",
-		request: true,
+	"BodyProgress": {
 		workers: live,
 		connID:  func(f *proto.Frame) uint64 { return f.GetBodyProgress().GetConnId() },
 		rounds:  roundsIn(roundBody),
@@ -290,9 +241,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameStreamStart: {
-		name:    "StreamStart",
-		request: true,
+	"StreamStart": {
 		workers: live,
 		connID:  func(f *proto.Frame) uint64 { return f.GetStreamStart().GetConnId() },
 		rounds:  roundsIn(roundPool),
@@ -302,9 +251,7 @@ var frameTable = [frameKinds]frameRule{
 			return true
 		},
 	},
-	frameSign: {
-		name:    "Sign",
-		request: true,
+	"Sign": {
 		workers: live,
 		connID:  func(f *proto.Frame) uint64 { return f.GetSign().GetConnId() },
 		rounds:  roundsIn(roundPool),
@@ -321,18 +268,18 @@ var frameTable = [frameKinds]frameRule{
 // it (-1 for none), which it owns. It reports false when the worker was
 // killed for it.
 func (d *dispatcher) frame(w *workerProc, f *proto.Frame, fd int, now time.Time) bool {
-	r := &frameTable[kindOf(f)]
+	r := &frameTable[ipc.KindOf(f)]
 	c, why := d.admitFrame(w, r, f, fd)
 	if fd >= 0 {
-		// No worker frame carries one (fds is 0 in every row); ipc admits
-		// one on the supervisor's own frames, which admit refuses.
+		// No frame a worker sends carries one (TestFrameTableRows); ipc
+		// admits one on the supervisor's own frames, which admit refuses.
 		unix.Close(fd)
 	}
 	if why != "" {
 		d.killWorker(w, why)
 		return false
 	}
-	if r.request && w.slots.TryAcquire() == ipc.ErrChannelFull {
+	if r.request() && w.slots.TryAcquire() == ipc.ErrChannelFull {
 		d.c.ipcOverloaded++
 		d.send(w, &proto.Frame{Id: f.GetId(), Body: &proto.Frame_Overloaded{Overloaded: &proto.Overloaded{}}}, -1)
 		return true
@@ -347,14 +294,14 @@ func (d *dispatcher) admitFrame(w *workerProc, r *frameRule, f *proto.Frame, fd 
 	case r.handle == nil:
 		return nil, fmt.Sprintf("unexpected frame %T", f.Body)
 	case !r.workers.has(w.state):
-		return nil, fmt.Sprintf("%s while %s", r.name, w.state)
-	case r.request != (f.GetId() != 0):
-		if r.request {
-			return nil, r.name + " with id 0"
+		return nil, fmt.Sprintf("%s while %s", r.Name, w.state)
+	case r.request() != (f.GetId() != 0):
+		if r.request() {
+			return nil, r.Name + " with id 0"
 		}
-		return nil, fmt.Sprintf("%s with id %d, which no reply answers", r.name, f.GetId())
-	case (fd >= 0) != (r.fds > 0):
-		return nil, fmt.Sprintf("%s with a descriptor count other than %d", r.name, r.fds)
+		return nil, fmt.Sprintf("%s with id %d, which no reply answers", r.Name, f.GetId())
+	case (fd >= 0) != (r.FDs(f) > 0):
+		return nil, fmt.Sprintf("%s with a descriptor count other than %d", r.Name, r.FDs(f))
 	}
 	var c *conn
 	if r.connID != nil {
@@ -362,9 +309,9 @@ func (d *dispatcher) admitFrame(w *workerProc, r *frameRule, f *proto.Frame, fd 
 		c = d.conns.get(id)
 		switch {
 		case c == nil || c.state != stateAtWorker || c.worker != w:
-			return nil, fmt.Sprintf("%s for connection %d it does not hold", r.name, id)
+			return nil, fmt.Sprintf("%s for connection %d it does not hold", r.Name, id)
 		case !r.rounds.has(c.round):
-			return nil, fmt.Sprintf("%s for connection %d in round state %s", r.name, id, c.round)
+			return nil, fmt.Sprintf("%s for connection %d in round state %s", r.Name, id, c.round)
 		}
 	}
 	if r.check != nil {

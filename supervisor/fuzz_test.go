@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // FuzzHostileWorker runs the real loop over fake workers (issue 27: a worker
@@ -25,11 +27,15 @@ import (
 // A program is a list of steps, one opcode byte each followed by its
 // operands (a missing byte reads as 0):
 //
-//	0..11  the hostile worker sends the frame of the table's row op+1
-//	       (Ready .. Sign): id, conn, fd, a, b, c; BodyStart's row with b
-//	       odd sends BodyProgress instead (the row after Sign: an opcode
-//	       of its own would change what the committed corpus means)
-//	12     the hostile worker sends a frame of the supervisor's: which, fd
+//	0..11  the hostile worker sends the frame hostileOps[op] (Ready ..
+//	       Sign): id, conn, fd, a, b, c; BodyStart's with b odd sends
+//	       BodyProgress instead (an opcode of its own would change what
+//	       the committed corpus means)
+//	12     the hostile worker sends another frame: which, fd; which under
+//	       192 picks one of six of the supervisor's, which from 192 any
+//	       frame of the schema hostileOps does not name, built from its
+//	       fields (then id, conn, a, b, c), so that a new frame is sent
+//	       without an opcode of its own
 //	13     an honest worker returns a connection: which, disposition
 //	14     a client acts: which, what (request, new connection, close)
 //	15     the clock moves on: tenths of a second, under 5 s
@@ -310,15 +316,21 @@ func (r *hostileRun) frameID(b byte) uint64 {
 	return fs.lastID
 }
 
-// hostileFrame builds the frame of row kind from the next operands.
-func (r *hostileRun) hostileFrame(kind frameKind) (*proto.Frame, bool) {
+// hostileOps are the frames of opcodes 0..11, in the order of the frame
+// table's rows when the corpus was written: the committed corpus depends on
+// it, so it never changes (a new frame is reached through opcode 12).
+var hostileOps = [12]string{"Ready", "Done", "Pong", "Dial", "RateCheck", "StatsRequest",
+	"UpstreamRelease", "Reclaimed", "BodyStart", "BodyDone", "StreamStart", "Sign"}
+
+// hostileFrame builds the frame named from the next operands.
+func (r *hostileRun) hostileFrame(name string) (*proto.Frame, bool) {
 	id, conn, fd := r.frameID(r.byte()), r.connID(r.byte()), r.byte()%4 == 3
 	a, b, c := r.byte(), r.byte(), r.byte()
 	f := &proto.Frame{Id: id}
-	switch kind {
-	case frameReady:
+	switch name {
+	case "Ready":
 		f.Body = &proto.Frame_Ready{Ready: &proto.Ready{Threads: uint32(a)}}
-	case frameDone:
+	case "Done":
 		fs := r.fakes[0]
 		m := &proto.Done{ConnId: conn, Requests: fs.held[conn] + uint32(a%3), Disposition: proto.Disposition(b % 4),
 			Outcome: proto.Outcome(int32(c%7) - 1), Kept: c&8 != 0, Pending: c&16 != 0, Handback: proto.Handback(c >> 5)}
@@ -329,32 +341,32 @@ func (r *hostileRun) hostileFrame(kind frameKind) (*proto.Frame, bool) {
 			m.ResponseStatus, m.ResponseMicros = []uint32{200}, []uint64{1}
 		}
 		f.Body = &proto.Frame_Done{Done: m}
-	case framePong:
+	case "Pong":
 		f.Body = &proto.Frame_Pong{Pong: &proto.Pong{Seq: uint64(a)}}
-	case frameDial:
+	case "Dial":
 		name := "up"
 		if a%3 == 0 {
 			name = "nowhere"
 		}
 		f.Body = &proto.Frame_Dial{Dial: &proto.Dial{Upstream: name}}
-	case frameRateCheck:
+	case "RateCheck":
 		class := "login"
 		if a%3 == 0 {
 			class = "other"
 		}
 		// It names a client of its choosing too (RateCheck's old field 3).
 		f = rateCheckNaming(id, conn, class, fmt.Sprintf("203.0.113.%d", b))
-	case frameStatsRequest:
+	case "StatsRequest":
 		f.Body = &proto.Frame_StatsRequest{StatsRequest: &proto.StatsRequest{}}
-	case frameUpstreamRelease:
+	case "UpstreamRelease":
 		up := pick(r.fakes[0].upConns, a)
 		if b%3 == 0 {
 			up = uint64(b)
 		}
 		f.Body = &proto.Frame_UpstreamRelease{UpstreamRelease: &proto.UpstreamRelease{Upstream: "up", Conn: up}}
-	case frameReclaimed:
+	case "Reclaimed":
 		f.Body = &proto.Frame_Reclaimed{Reclaimed: &proto.Reclaimed{Upstream: "up"}}
-	case frameBodyStart:
+	case "BodyStart":
 		// Lengths and counts from negative to far over max_body_bytes.
 		n := (int64(a) - 8) << (c % 32)
 		if b%2 == 1 {
@@ -362,21 +374,85 @@ func (r *hostileRun) hostileFrame(kind frameKind) (*proto.Frame, bool) {
 			break
 		}
 		f.Body = &proto.Frame_BodyStart{BodyStart: &proto.BodyStart{ConnId: conn, Length: n}}
-	case frameBodyDone:
+	case "BodyDone":
 		f.Body = &proto.Frame_BodyDone{BodyDone: &proto.BodyDone{ConnId: conn}}
-	case frameStreamStart:
+	case "StreamStart":
 		f.Body = &proto.Frame_StreamStart{StreamStart: &proto.StreamStart{ConnId: conn, Upgrade: a&1 != 0}}
-	case frameSign:
+	case "Sign":
 		// No listener here is TLS: every Sign is for a connection in no
 		// handshake, or none the worker holds.
 		f.Body = &proto.Frame_Sign{Sign: &proto.Sign{ConnId: conn, KeyId: uint32(a), Hash: uint32(b), Digest: make([]byte, c%80)}}
+	default:
+		f = anyFrame(ipc.SpecNamed(name), id, conn, a, b, c)
 	}
 	return f, fd
 }
 
-// supervisorFrame is one of the frames only the supervisor sends.
-func (r *hostileRun) supervisorFrame() (*proto.Frame, bool) {
+// anyFrame builds a frame of s from its body's scalar fields: conn_id is
+// conn, each other number a, b or c in turn, a bool a bit of c, a string
+// "up" or one no configuration names, bytes up to 79 of them.
+func anyFrame(s *ipc.Spec, id, conn uint64, a, b, c byte) *proto.Frame {
+	f := s.New()
+	f.Id = id
+	m := s.Body(f)
+	ops := []byte{a, b, c}
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.IsList() || fd.IsMap() {
+			continue
+		}
+		n := ops[i%3]
+		var v protoreflect.Value
+		switch fd.Kind() {
+		case protoreflect.BoolKind:
+			v = protoreflect.ValueOfBool(c>>(i%8)&1 != 0)
+		case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+			v = protoreflect.ValueOfUint64(uint64(n))
+			if fd.Name() == "conn_id" {
+				v = protoreflect.ValueOfUint64(conn)
+			}
+		case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+			v = protoreflect.ValueOfUint32(uint32(n))
+		case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+			v = protoreflect.ValueOfInt64((int64(n) - 8) << (c % 32))
+		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+			v = protoreflect.ValueOfInt32(int32(n) - 8)
+		case protoreflect.EnumKind:
+			v = protoreflect.ValueOfEnum(protoreflect.EnumNumber(int32(n%8) - 1))
+		case protoreflect.StringKind:
+			v = protoreflect.ValueOfString(map[bool]string{true: "up", false: "nowhere"}[n%3 != 0])
+		case protoreflect.BytesKind:
+			v = protoreflect.ValueOfBytes(make([]byte, n%80))
+		default:
+			continue
+		}
+		m.Set(fd, v)
+	}
+	return f
+}
+
+// otherFrames are the frames of the schema that hostileOps does not name,
+// which opcode 12 reaches from which 192.
+var otherFrames = func() (other []*ipc.Spec) {
+	for _, s := range ipc.Specs() {
+		if !slices.Contains(hostileOps[:], s.Name) {
+			other = append(other, s)
+		}
+	}
+	return other
+}()
+
+// otherFrame is one of the frames only the supervisor sends, or one of
+// otherFrames.
+func (r *hostileRun) otherFrame() (*proto.Frame, bool) {
 	which, fd := r.byte(), r.byte()%2 == 1
+	if which >= 192 {
+		s := otherFrames[int(which-192)%len(otherFrames)]
+		id, conn := r.frameID(r.byte()), r.connID(r.byte())
+		a, b, c := r.byte(), r.byte(), r.byte()
+		return anyFrame(s, id, conn, a, b, c), fd
+	}
 	var f *proto.Frame
 	switch which % 6 {
 	case 0:
@@ -481,9 +557,9 @@ func (r *hostileRun) run(prog []byte) {
 	for steps := 0; r.pc < len(r.prog) && steps < 128; steps++ {
 		switch op := r.byte() % 16; {
 		case op < 12:
-			r.sendHostile(r.hostileFrame(frameKind(op + 1)))
+			r.sendHostile(r.hostileFrame(hostileOps[op]))
 		case op == 12:
-			r.sendHostile(r.supervisorFrame())
+			r.sendHostile(r.otherFrame())
 		case op == 13:
 			r.honestDone()
 		case op == 14:

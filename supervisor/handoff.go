@@ -20,8 +20,8 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 		d.closeConn(c)
 		return
 	}
-	if !cl.trusted && cl.out >= d.share {
-		d.enqueue(c, &cl.waiting, now)
+	if d.overShare(cl) {
+		d.setState(c, stateWaiting, now)
 		cl.waits++
 		d.c.shareWaits++
 		return
@@ -31,22 +31,17 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 		w = d.affine(c, w, now)
 	}
 	if w == nil {
-		d.enqueue(c, &d.waiting, now)
+		d.setState(c, stateWaiting, now)
 		d.c.poolWaits++
 		return
 	}
-	d.dispatch(w, c)
+	d.dispatch(w, c, now)
 }
 
-func (d *dispatcher) enqueue(c *conn, q *connList, now time.Time) {
-	c.state = stateWaiting
-	q.push(c)
-	if c.tlist != listWaitTimers {
-		d.leaveTimer(c)
-		c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
-		d.waitTimers.push(c)
-	}
-}
+// overShare reports whether cl holds its share of the pool (workers.share):
+// an untrusted client's connection waits then, in its client's queue, and
+// a complete body waits for its slot.
+func (d *dispatcher) overShare(cl *client) bool { return !cl.trusted && cl.out >= d.share }
 
 // pickWorker returns the ready worker with the most free slots, or nil. A
 // new TLS connection (newTLS) goes to one that can hold its state under
@@ -73,25 +68,10 @@ func (d *dispatcher) pickWorker(newTLS bool) *workerProc {
 
 // dispatch sends c to w. Admission is counted here, explicitly, never
 // inferred from the state of a pool.
-func (d *dispatcher) dispatch(w *workerProc, c *conn) {
-	d.leaveTimer(c)
-	d.leaveQueue(c)
-	c.state = stateAtWorker
+func (d *dispatcher) dispatch(w *workerProc, c *conn, now time.Time) {
 	c.worker = w
 	w.handed = true
-	if c.fresh && !c.tls {
-		// A plain connection is dispatched with its first head complete:
-		// it has sent its first request, and a long answer (a stream, an
-		// upload) must not hold a place of max_queued_connections, where
-		// it would have newcomers evict each other. A TLS head is not seen
-		// here; such a connection counts until its first Done.
-		c.fresh = false
-		d.queued--
-	}
-	if c.tls {
-		w.tls++
-	}
-	d.enterRound(c, roundPool)
+	d.setState(c, stateAtWorker, now)
 	d.c.dispatches++
 	m := &d.dispatchMsg
 	m.Reset()
@@ -147,15 +127,15 @@ func (d *dispatcher) release(c *conn) {
 func (d *dispatcher) pump(cl *client, now time.Time) {
 	d.pumpBodies()
 	// Each turn takes a connection out of the queue, so this ends.
-	for d.waiting.first() != nil {
+	for d.lists[listWaiting].first() != nil {
 		c := d.nextWaiting(now)
 		if c == nil {
 			break
 		}
-		d.waiting.remove(c)
+		d.lists[listWaiting].remove(c)
 		d.tryDispatch(c, now)
 	}
-	if cl != nil && cl.waiting.first() != nil && (cl.trusted || cl.out < d.share) {
+	if cl != nil && cl.waiting.first() != nil && !d.overShare(cl) {
 		c := cl.waiting.pop()
 		d.tryDispatch(c, now)
 	}
@@ -208,9 +188,9 @@ func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) 
 		defer d.roll(now)
 	}
 	c.requests = m.GetRequests()
-	if c.fresh && c.requests > 0 {
-		c.fresh = false
-		d.queued--
+	if c.requests > 0 {
+		// A TLS connection's first head is not seen at dispatch.
+		d.unqueue(c)
 	}
 	d.c.outcomes[m.GetOutcome()]++
 	d.countHot(m)

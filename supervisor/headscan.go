@@ -19,10 +19,6 @@ import (
 // worker as carried bytes, so each later wake-up reads only the new bytes.
 
 const (
-	// headTimeout bounds a head from its first byte, and headGap the silence
-	// between two of its bytes, as the worker bounds them.
-	headTimeout = 30 * time.Second
-	headGap     = 5 * time.Second
 	// headBudget bounds the bytes held in incomplete heads; over it the
 	// heaviest client's oldest incomplete connection is closed.
 	headBudget = 64 << 20
@@ -42,10 +38,8 @@ const (
 // headWatch is the dispatcher's state for incomplete heads and the admission
 // that cannot be locked. Owned by the loop.
 type headWatch struct {
-	gapTimers  connList // state head, by latest byte (t* links)
-	headTimers connList // state head, by first byte (q* links)
-	headBytes  int      // bytes held in incomplete heads
-	peekBuf    []byte   // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
+	headBytes int    // bytes held in incomplete heads
+	peekBuf   []byte // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
 
 	// Stress mode: on while admission has been under pressure (the queued
 	// cap, the descriptor reserve or the head budget nearly reached, or
@@ -75,9 +69,9 @@ func (d *dispatcher) firstByteTimeout() time.Duration {
 // headTimeout is the live head deadline, shrunk in stress mode.
 func (d *dispatcher) headTimeout() time.Duration {
 	if d.stress {
-		return headTimeout / stressDivisor
+		return headend.Deadline / stressDivisor
 	}
-	return headTimeout
+	return headend.Deadline
 }
 
 // Deadlines are computed from when each list's entries joined, with the live
@@ -86,7 +80,7 @@ func (d *dispatcher) freshDeadline(c *conn) time.Time {
 	return c.accepted.time().Add(d.firstByteTimeout())
 }
 func (d *dispatcher) headDeadline(c *conn) time.Time { return c.hd.firstByte.Add(d.headTimeout()) }
-func gapDeadline(c *conn) time.Time                  { return c.hd.lastByte.Add(headGap) }
+func gapDeadline(_ *dispatcher, c *conn) time.Time   { return c.hd.lastByte.Add(headend.Gap) }
 
 // readHead looks at the input of a readable fresh, idle or head connection.
 // It dispatches the connection when its head is decided and otherwise keeps
@@ -109,8 +103,6 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 			return
 		}
 		if st, _ := headend.Scan(d.peekBuf[:n], 0); st != headend.Incomplete || n >= headend.MaxHead {
-			d.leavePark(c)
-			d.leaveIncomplete(c)
 			d.tryDispatch(c, now)
 			return
 		}
@@ -121,7 +113,6 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 			d.closeConn(c)
 			return
 		}
-		d.leavePark(c)
 		d.startHead(c, d.peekBuf[:n], now)
 		d.arm(c)
 		return
@@ -136,8 +127,8 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		return
 	}
 	c.hd.lastByte = now
-	d.gapTimers.remove(c)
-	d.gapTimers.push(c)
+	d.lists[listGapTimers].remove(c)
+	d.lists[listGapTimers].push(c)
 	d.arm(c)
 }
 
@@ -158,18 +149,8 @@ func emptyLines(b []byte) bool {
 // startHead parks c in state head holding in, the first bytes of its next
 // request. The caller arms c or dispatches it.
 func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
-	// Room is made before c joins its client's incomplete connections, so
-	// c itself is never the one closed.
-	d.leaveIncomplete(c)
-	for d.headBytes+len(in) > headBudget && d.evictIncomplete("head buffer budget") {
-	}
-	c.state = stateHead
-	c.hd = &headState{firstByte: now, lastByte: now}
-	d.growHead(c, in)
-	d.gapTimers.push(c)
-	d.headTimers.push(c)
-	c.client.incomplete.push(c)
-	d.headsBuffered++
+	c.hd = &headState{buf: in}
+	d.setState(c, stateHead, now)
 }
 
 // growHead appends in to c's head, keeping headBytes in step.
@@ -188,10 +169,10 @@ func (d *dispatcher) dropHead(c *conn) []byte {
 		c.hd = nil
 	}
 	if c.qlist == listHeadTimers {
-		d.headTimers.remove(c)
+		d.lists[listHeadTimers].remove(c)
 	}
 	if c.tlist == listGapTimers {
-		d.gapTimers.remove(c)
+		d.lists[listGapTimers].remove(c)
 	}
 	return h
 }
@@ -205,7 +186,6 @@ func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
 		return false
 	}
 	c.carried = d.dropHead(c)
-	d.leaveIncomplete(c)
 	d.tryDispatch(c, now)
 	return true
 }
@@ -223,39 +203,12 @@ func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
 	d.arm(c)
 }
 
-// expireHeads closes the connections whose head deadline or gap passed, with
-// a 408 written without blocking, as the canned 503 is.
-func (d *dispatcher) expireHeads(now time.Time) {
-	for c := d.gapTimers.first(); c != nil && !now.Before(gapDeadline(c)); c = d.gapTimers.first() {
-		d.timeoutGap++
-		d.timeout408(c, now)
-	}
-	for c := d.headTimers.first(); c != nil && !now.Before(d.headDeadline(c)); c = d.headTimers.first() {
-		d.timeoutHead++
-		d.timeout408(c, now)
-	}
-}
-
+// timeout408 closes a connection whose head deadline or gap passed, with a
+// 408 written without blocking, as the canned 503 is.
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
-	d.dropHead(c)
-	d.leaveIncomplete(c)
 	sysio.Send(c.fd, d.canned.r408.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
-}
-
-// headNextDeadline is the earliest deadline of the head lists, or zero.
-func (d *dispatcher) headNextDeadline() time.Time {
-	var next time.Time
-	if c := d.gapTimers.first(); c != nil {
-		next = gapDeadline(c)
-	}
-	if c := d.headTimers.first(); c != nil {
-		if t := d.headDeadline(c); next.IsZero() || t.Before(next) {
-			next = t
-		}
-	}
-	return next
 }
 
 // evictIncomplete makes room (docs/DESIGN.md §2.2): it closes the oldest
@@ -282,7 +235,6 @@ func (d *dispatcher) evictIncomplete(why string) bool {
 	d.incompleteEvicted++
 	d.evictedAt = d.s.now()
 	d.logLimited(hclog.Debug, "evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
-	d.dropHead(c)
 	d.closeConn(c)
 	return true
 }

@@ -17,7 +17,7 @@ import (
 // pressured reports whether a readable connection waits for a slot: in the
 // pool's queue or in its client's. Every such connection is on the
 // no-worker timer list, whichever queue it is in.
-func (d *dispatcher) pressured() bool { return d.waitTimers.n > 0 }
+func (d *dispatcher) pressured() bool { return d.lists[listWaitTimers].n > 0 }
 
 // signalPressure tells every worker when the pressure changed. It runs once
 // per loop iteration, after the events were handled.

@@ -17,6 +17,10 @@ func (d *dispatcher) invariants() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
+	if d.badMoves > 0 {
+		bad("%d state changes setState does not permit", d.badMoves)
+	}
+
 	// Lists: links, ids and counts.
 	on := map[*conn]map[listID]bool{}
 	walk := func(l *connList, what string) {
@@ -53,9 +57,12 @@ func (d *dispatcher) invariants() error {
 			bad("%s: the tail is not the last record", what)
 		}
 	}
-	for _, l := range []*connList{&d.freshTimers, &d.idleTimers, &d.waitTimers, &d.lingerTimers,
-		&d.bodyWaitTimers, &d.gapTimers, &d.waiting, &d.bodyWaiting, &d.headTimers} {
-		walk(l, fmt.Sprintf("list %d", l.id))
+	for id := listNone + 1; id < numDispatcherLists; id++ {
+		if l := &d.lists[id]; l.id != id {
+			bad("list %d is named %d", id, l.id)
+		} else {
+			walk(l, fmt.Sprintf("list %d", id))
+		}
 	}
 	for key, cl := range d.clients {
 		walk(&cl.waiting, "waiting of client "+key.String())

@@ -14,19 +14,29 @@ type listID uint8
 const (
 	listNone listID = iota
 	// on the t* links
-	listFreshTimers
-	listIdleTimers
-	listWaitTimers
-	listLingerTimers
-	listBodyWaitTimers
-	listGapTimers
+	listFreshTimers    // fresh and proxy, by accept (first_byte_timeout)
+	listIdleTimers     // idle (keep_alive_idle_timeout)
+	listWaitTimers     // waiting, in either queue (no_worker_timeout)
+	listLingerTimers   // linger
+	listBodyWaitTimers // round bodyWait (no_worker_timeout)
+	listGapTimers      // head, by its latest byte
 	// on the q* links
-	listWaiting
-	listClientWaiting
-	listBodyWaiting
-	listHeadTimers
-	// on the i* links
-	listIncomplete
+	listHeadTimers  // head, by its first byte
+	listWaiting     // waiting for a pool slot, oldest first
+	listBodyWaiting // round bodyWait, oldest first
+	// a client's, on the q* links
+	listClientWaiting // waiting over the client's share
+	// a client's, on the i* links
+	listIncomplete // fresh, proxy and head, oldest first
+)
+
+// The dispatcher's own lists are d.lists, indexed by id; its timer lists
+// are the ids from firstTimer to lastTimer, each with its deadline and its
+// expiry in timerTable (loop.go).
+const (
+	firstTimer         = listFreshTimers
+	lastTimer          = listHeadTimers
+	numDispatcherLists = listBodyWaiting + 1
 )
 
 // connList is an intrusive FIFO of connections. A connection is in at most one
@@ -50,7 +60,7 @@ func (l *connList) links(c *conn) (prev, next *link, in *listID) {
 	switch {
 	case l.id == listIncomplete:
 		return &c.iprev, &c.inext, &c.ilist
-	case l.id >= listWaiting:
+	case l.id >= listHeadTimers:
 		return &c.qprev, &c.qnext, &c.qlist
 	}
 	return &c.tprev, &c.tnext, &c.tlist
@@ -115,47 +125,23 @@ func (l *connList) pop() *conn {
 
 // initLists names the dispatcher's lists; a client's are named by newClient.
 func (d *dispatcher) initLists() {
-	for _, l := range []struct {
-		l  *connList
-		id listID
-	}{
-		{&d.freshTimers, listFreshTimers}, {&d.idleTimers, listIdleTimers},
-		{&d.waitTimers, listWaitTimers}, {&d.lingerTimers, listLingerTimers},
-		{&d.bodyWaitTimers, listBodyWaitTimers}, {&d.gapTimers, listGapTimers},
-		{&d.waiting, listWaiting}, {&d.bodyWaiting, listBodyWaiting},
-		{&d.headTimers, listHeadTimers},
-	} {
-		*l.l = newConnList(&d.conns, l.id)
+	for id := range d.lists {
+		d.lists[id] = newConnList(&d.conns, listID(id))
 	}
 }
 
-// listOf returns the list id names for c.
+// listOf returns the list id names for c: the dispatcher's, or one of c's
+// client's.
 func (d *dispatcher) listOf(c *conn, id listID) *connList {
 	switch id {
-	case listFreshTimers:
-		return &d.freshTimers
-	case listIdleTimers:
-		return &d.idleTimers
-	case listWaitTimers:
-		return &d.waitTimers
-	case listLingerTimers:
-		return &d.lingerTimers
-	case listBodyWaitTimers:
-		return &d.bodyWaitTimers
-	case listGapTimers:
-		return &d.gapTimers
-	case listWaiting:
-		return &d.waiting
+	case listNone:
+		return nil
 	case listClientWaiting:
 		return &c.client.waiting
-	case listBodyWaiting:
-		return &d.bodyWaiting
-	case listHeadTimers:
-		return &d.headTimers
 	case listIncomplete:
 		return &c.client.incomplete
 	}
-	return nil
+	return &d.lists[id]
 }
 
 // leaveTimer takes c off its timer list, if any.

@@ -105,15 +105,11 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 			next = t
 		}
 	}
-	for _, l := range []*connList{&d.idleTimers, &d.waitTimers, &d.lingerTimers, &d.bodyWaitTimers} {
-		if c := l.first(); c != nil {
-			consider(c.deadline.time())
+	for id := firstTimer; id <= lastTimer; id++ {
+		if c := d.lists[id].first(); c != nil {
+			consider(timerTable[id].deadline(d, c))
 		}
 	}
-	if c := d.freshTimers.first(); c != nil {
-		consider(d.freshDeadline(c))
-	}
-	consider(d.headNextDeadline())
 	if d.stress || !d.pressureSince.IsZero() {
 		// Stress mode starts and ends on time, not on the next event.
 		consider(now.Add(time.Second))
@@ -188,41 +184,73 @@ func (d *dispatcher) message(m any, now time.Time) {
 	}
 }
 
-// expire enforces the per-state timeouts.
-func (d *dispatcher) expire(now time.Time) {
-	for c := d.freshTimers.first(); c != nil && !now.Before(d.freshDeadline(c)); c = d.freshTimers.first() {
-		// A connection that never sent a byte is closed silently: browsers
-		// and load balancers open speculative connections.
+// timerTable gives each timer list (firstTimer..lastTimer) the deadline of
+// a connection on it and what its expiry does; an expiry takes the
+// connection off the list.
+var timerTable = [lastTimer + 1]struct {
+	deadline func(d *dispatcher, c *conn) time.Time
+	expire   func(d *dispatcher, c *conn, now time.Time)
+}{
+	listFreshTimers: {(*dispatcher).freshDeadline, func(d *dispatcher, c *conn, now time.Time) {
+		// A connection that never sent a byte is closed silently:
+		// browsers and load balancers open speculative connections.
 		d.c.timeoutFirstByte++
 		d.closeConn(c)
-	}
-	d.expireHeads(now)
-	d.ratePending.Expire(now, d.rateUnanswered)
-	d.expireBodies(now)
-	for c := d.idleTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.idleTimers.first() {
+	}},
+	listIdleTimers: {timerDeadline, func(d *dispatcher, c *conn, now time.Time) {
 		d.c.timeoutIdle++
 		d.closeConn(c)
-	}
-	for c := d.waitTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.waitTimers.first() {
-		d.c.timeoutNoWorker++
-		d.waitTimers.remove(c)
-		d.leaveQueue(c)
-		if c.tls {
-			// No plaintext into a TLS stream.
-			d.closeConn(c)
-			continue
-		}
-		sysio.Send(c.fd, d.canned.r503.at(now))
-		unix.Shutdown(c.fd, unix.SHUT_WR)
-		d.linger(c, now)
-	}
-	for c := d.lingerTimers.first(); c != nil && !now.Before(c.deadline.time()); c = d.lingerTimers.first() {
+	}},
+	listWaitTimers: {timerDeadline, (*dispatcher).noWorker},
+	listLingerTimers: {timerDeadline, func(d *dispatcher, c *conn, now time.Time) {
 		d.closeConn(c)
+	}},
+	listBodyWaitTimers: {timerDeadline, func(d *dispatcher, c *conn, now time.Time) {
+		// The worker answers 503.
+		d.bodyNoSlot++
+		d.setRound(c, roundSpent, 0)
+	}},
+	listGapTimers: {gapDeadline, func(d *dispatcher, c *conn, now time.Time) {
+		d.timeoutGap++
+		d.timeout408(c, now)
+	}},
+	listHeadTimers: {(*dispatcher).headDeadline, func(d *dispatcher, c *conn, now time.Time) {
+		d.timeoutHead++
+		d.timeout408(c, now)
+	}},
+}
+
+// timerDeadline is the deadline of a list whose connections carry theirs.
+func timerDeadline(_ *dispatcher, c *conn) time.Time { return c.deadline.time() }
+
+// expire enforces the per-state timeouts, each list oldest first.
+func (d *dispatcher) expire(now time.Time) {
+	for id := firstTimer; id <= lastTimer; id++ {
+		l, t := &d.lists[id], &timerTable[id]
+		// Each expiry takes the first connection off l, so this ends.
+		for c := l.first(); c != nil && !now.Before(t.deadline(d, c)); c = l.first() {
+			t.expire(d, c, now)
+		}
 	}
+	d.ratePending.Expire(now, d.rateUnanswered)
 	if t := d.keeperDeadline(); !t.IsZero() && !now.Before(t) {
 		// A connection waited its keeperWait while a worker is free.
 		d.pump(nil, now)
 	}
+}
+
+// noWorker answers a connection that waited no_worker_timeout for a worker:
+// a canned 503, then linger (docs/DESIGN.md §2.9).
+func (d *dispatcher) noWorker(c *conn, now time.Time) {
+	d.c.timeoutNoWorker++
+	if c.tls {
+		// No plaintext into a TLS stream.
+		d.closeConn(c)
+		return
+	}
+	sysio.Send(c.fd, d.canned.r503.at(now))
+	unix.Shutdown(c.fd, unix.SHUT_WR)
+	d.linger(c, now)
 }
 
 // overstaysDrain reports whether w was drained while the supervisor keeps

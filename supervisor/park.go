@@ -48,14 +48,6 @@ func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
 	d.readHead(c, now)
 }
 
-// leavePark takes a parked connection off its timer list and counters.
-func (d *dispatcher) leavePark(c *conn) {
-	if c.tlist == listIdleTimers {
-		d.idle--
-	}
-	d.leaveTimer(c)
-}
-
 // discard reads and drops what a lingering connection still sends.
 func (d *dispatcher) discard(c *conn) {
 	for i := 0; i < 4; i++ {
@@ -86,17 +78,14 @@ func (d *dispatcher) park(c *conn, now time.Time) {
 	if d.idle >= d.cfg.Limits.KeepAliveMaxConnections {
 		d.evictIdle("keep_alive_max_connections")
 	}
-	c.state = stateIdle
-	d.idle++
-	c.deadline = monoOf(now.Add(d.cfg.Limits.KeepAliveIdleTimeout))
-	d.idleTimers.push(c)
+	d.setState(c, stateIdle, now)
 	d.arm(c)
 }
 
 // evictIdle closes the oldest idle kept-alive connection, if any. The
 // Keep-Alive timeout hint is advisory (RFC 9112 §9.3), so this is allowed.
 func (d *dispatcher) evictIdle(why string) bool {
-	c := d.idleTimers.first()
+	c := d.lists[listIdleTimers].first()
 	if c == nil {
 		return false
 	}
@@ -113,9 +102,7 @@ func (d *dispatcher) evictIdle(why string) bool {
 }
 
 func (d *dispatcher) linger(c *conn, now time.Time) {
-	c.state = stateLinger
-	c.deadline = monoOf(now.Add(lingerTimeout))
-	d.lingerTimers.push(c)
+	d.setState(c, stateLinger, now)
 	d.arm(c)
 }
 
@@ -127,21 +114,7 @@ func (d *dispatcher) linger(c *conn, now time.Time) {
 // neither read nor inject another byte (close alone would leave the
 // connection open while any copy lives).
 func (d *dispatcher) closeConn(c *conn) {
-	// Counted idle while on the idle list: a connection that left it
-	// (leavePark) keeps its state until dispatched, or refused here.
-	if c.tlist == listIdleTimers {
-		d.idle--
-	}
-	d.leaveTimer(c)
-	d.leaveQueue(c)
-	d.leaveIncomplete(c)
-	d.dropHead(c)
-	if c.worker != nil {
-		d.release(c)
-	}
-	if c.fresh {
-		d.queued--
-	}
+	d.leaveState(c, stateClosed)
 	d.del(c.fd)
 	unix.Shutdown(c.fd, unix.SHUT_RDWR)
 	unix.Close(c.fd)

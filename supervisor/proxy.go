@@ -57,7 +57,7 @@ func (d *dispatcher) readProxy(c *conn, now time.Time) {
 		d.closeConn(c)
 		return
 	}
-	c.state = stateFresh
+	d.setState(c, stateFresh, now)
 	if h.Command == proxyproto.Proxy && h.Source.IsValid() {
 		c.peer = packPeer(h.Source)
 		if !d.rekey(c) {

@@ -3,8 +3,9 @@ package supervisor
 import "github.com/gatehouse-dev/gatehouse/proto"
 
 // roundState is how a connection out at its worker (state at_worker) is
-// accounted while the worker serves it. setRound alone moves it, and keeps
-// the pool's counts, the body and stream budgets, the body lists and the
+// accounted while the worker serves it. setRound alone moves it (but for
+// setState entering pool at dispatch, and release at the round's end), and
+// keeps the pool's counts, the body and stream budgets, the body lists and the
 // worker's in-flight slot in step (checked after every step by the tests'
 // invariants, invariants_test.go); within body, chargeBody alone grows the
 // bytes charged:
@@ -28,7 +29,7 @@ const (
 	// bytes received), no pool slot.
 	roundBody
 	// roundBodyWait: the body is complete; the connection waits on
-	// bodyWaiting and bodyWaitTimers for a pool slot, and its BodyDone
+	// listBodyWaiting and listBodyWaitTimers for a pool slot, and its BodyDone
 	// (conn.body.resume()) holds one of the worker's in-flight slots until
 	// its reply.
 	roundBodyWait
@@ -47,11 +48,19 @@ func (r roundState) String() string { return roundNames[r] }
 
 // setRound moves c, at its worker, from its round state to r: what the old
 // state held is given back (a waiting BodyDone is answered: granted when r
-// is pool, refused otherwise), then what r holds is charged. The caller
-// sets what r is charged from first: body.word (declared) for body,
-// body.word (resume) and deadline for bodyWait, upgrade for stream.
-func (d *dispatcher) setRound(c *conn, r roundState) {
+// is pool, refused otherwise), then what r holds is charged, from word: the
+// declared length for body, the BodyDone's request id for bodyWait (whose
+// deadline the caller sets first), 1 for a stream of an upgraded
+// connection and 0 for another. setState enters pool at dispatch and
+// leaves the round state at release.
+func (d *dispatcher) setRound(c *conn, r roundState, word uint64) {
 	d.leaveRound(c, r == roundPool)
+	switch r {
+	case roundBody, roundBodyWait:
+		c.body.word = word
+	case roundStream:
+		c.upgrade = word == 1
+	}
 	d.enterRound(c, r)
 }
 
@@ -70,8 +79,8 @@ func (d *dispatcher) enterRound(c *conn, r roundState) {
 		cl.bodyBytes += c.body.charged
 		cl.bodyConns++
 	case roundBodyWait:
-		d.bodyWaiting.push(c)
-		d.bodyWaitTimers.push(c)
+		d.lists[listBodyWaiting].push(c)
+		d.lists[listBodyWaitTimers].push(c)
 	case roundStream:
 		cl.streams++
 		if c.upgrade {
@@ -106,8 +115,8 @@ func (d *dispatcher) leaveRound(c *conn, granted bool) {
 		cl.bodyBytes -= c.body.charged
 		cl.bodyConns--
 	case roundBodyWait:
-		d.bodyWaiting.remove(c)
-		d.bodyWaitTimers.remove(c)
+		d.lists[listBodyWaiting].remove(c)
+		d.lists[listBodyWaitTimers].remove(c)
 		w := c.worker
 		w.slots.Release()
 		d.send(w, &proto.Frame{Id: c.body.resume(), Body: &proto.Frame_BodyReply{BodyReply: &proto.BodyReply{Ok: granted}}}, -1)

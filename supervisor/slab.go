@@ -61,7 +61,7 @@ func (s *connSlab) alloc() *conn {
 		s.seq = 1 // id 0 marks a free record
 	}
 	c := &ch.recs[i]
-	*c = conn{id: s.seq<<connSlotBits | uint64(s.room*chunkSize+int(i))}
+	*c = conn{id: s.seq<<connSlotBits | uint64(s.room*chunkSize+int(i)), state: stateNew}
 	s.n++
 	return c
 }

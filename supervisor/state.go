@@ -94,19 +94,20 @@ type connTable struct {
 	keys    *secrets.Ring
 	tickets ticketKeys
 
-	out     int      // connections at workers
-	queued  int      // connections that have not finished a first request
-	idle    int      // parked keep-alive connections
-	waiting connList // readable connections waiting for a pool slot, oldest first
+	out    int // connections at workers
+	queued int // connections that have not finished a first request
+	idle   int // parked keep-alive connections
 }
 
-// timers owns the per-state deadline lists. Each timeout is uniform for its
-// state, so every list is a FIFO sorted by deadline.
+// timers owns the dispatcher's connection lists, indexed by list id
+// (list.go): the per-state deadline lists, each a FIFO sorted by deadline
+// since each timeout is uniform for its state, and the wait queues.
+// setState (conn.go) and setRound (round.go) move connections between them.
 type timers struct {
-	freshTimers  connList // first byte
-	idleTimers   connList // keep-alive idle
-	waitTimers   connList // no worker
-	lingerTimers connList // discarding input before close
+	lists [numDispatcherLists]connList
+	// badMoves counts state changes setState does not permit (zero unless
+	// the dispatcher is wrong; the tests' invariants check it).
+	badMoves uint64
 }
 
 // workerSet owns the worker slots (each slot's process, channel and send

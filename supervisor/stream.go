@@ -51,9 +51,11 @@ func (d *dispatcher) streamStart(w *workerProc, id uint64, c *conn, upgrade bool
 		d.streamsStarted++
 	}
 	// The slot goes back to the pool now, as for a finished round.
-	d.leaveRound(c, false)
-	c.upgrade = upgrade
-	d.enterRound(c, roundStream)
+	var word uint64
+	if upgrade {
+		word = 1
+	}
+	d.setRound(c, roundStream, word)
 	d.send(w, &proto.Frame{Id: id, Body: &proto.Frame_StreamReply{StreamReply: &proto.StreamReply{Ok: true}}}, -1)
 	d.pump(cl, now)
 }

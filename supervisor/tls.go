@@ -169,8 +169,6 @@ func (d *dispatcher) readTLS(c *conn, now time.Time) {
 		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
 		c.lowat = false
 	}
-	d.leavePark(c)
-	d.leaveIncomplete(c)
 	d.tryDispatch(c, now)
 }
 
@@ -184,8 +182,6 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 		return
 	}
 	d.c.tlsPlainHTTP++
-	d.leavePark(c)
-	d.leaveIncomplete(c)
 	sysio.Send(c.fd, d.canned.r400TLS.at(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)

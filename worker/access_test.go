@@ -19,7 +19,7 @@ func testWorker(t *testing.T, src string) *Worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{log: hclog.NewNullLogger(), cfg: cfg}
+	w := &Worker{log: hclog.NewNullLogger(), setup: &setup{cfg: cfg}}
 	if w.router, err = newRouter(w, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +42,12 @@ func admitted(w *Worker, peer, path string, hdr ...string) (*httptest.ResponseRe
 	}
 	rec := httptest.NewRecorder()
 	cs := &connServer{w: w}
-	ok := cs.admit(context.Background(), rec, r, w.router.match(r.Host, r.URL.Path))
-	return rec, ok
+	ref := cs.admit(context.Background(), r, w.router.match(r.Host, r.URL.Path))
+	if ref.refused() {
+		rec.Header().Set(ref.field, ref.value)
+		http.Error(rec, ref.text, ref.status)
+	}
+	return rec, !ref.refused()
 }
 
 func TestAdmitAccess(t *testing.T) {

@@ -93,7 +93,7 @@ func startAgedWorker(t *testing.T, hot, age time.Duration) *allocHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{log: hclog.NewNullLogger(), roots: map[string]*os.Root{dir: root}, dispatchAge: age}
+	w := &Worker{log: hclog.NewNullLogger(), roots: map[string]*os.Root{dir: root}, testDispatchAge: age}
 	w.ch, w.calls.ch = ws, ws
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.run(nil) }()

@@ -15,7 +15,7 @@ import (
 // request came on: its scheme (Request.TLS) and its port, unless a trusted
 // front says otherwise.
 func TestForwardedListenerScheme(t *testing.T) {
-	w := &Worker{cfg: &config.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.5/32")}}}
+	w := &Worker{setup: &setup{cfg: &config.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.5/32")}}}}
 	front := http.Header{
 		"X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"public.example"}, "X-Forwarded-Port": {"80"},
 	}

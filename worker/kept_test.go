@@ -12,7 +12,7 @@ import (
 // rather than dropping one, and gives each back once: to its Dispatch or to
 // Forget, which closes it.
 func TestKeptPlain(t *testing.T) {
-	w := &Worker{cfg: &config.Config{Workers: config.Workers{MaxKeptConnections: 2, TLSMaxIdleSessions: 2}}}
+	w := &Worker{setup: &setup{cfg: &config.Config{Workers: config.Workers{MaxKeptConnections: 2, TLSMaxIdleSessions: 2}}}}
 	r, wr, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

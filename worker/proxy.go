@@ -50,8 +50,8 @@ type proxyHandler struct {
 }
 
 // newProxy returns the handler of a proxy route.
-func (w *Worker) newProxy(up *config.Upstream, p *config.Proxy, prefix string, rules site.RequestRules, pages site.ErrorPages) http.Handler {
-	h := &proxyHandler{w: w, pool: w.upstreamPool(up), cfg: *p, base: strings.TrimSuffix(prefix, "/"), rules: rules, pages: pages}
+func (w *Worker) newProxy(pool *upstreamPool, p *config.Proxy, prefix string, rules site.RequestRules, pages site.ErrorPages) http.Handler {
+	h := &proxyHandler{w: w, pool: pool, cfg: *p, base: strings.TrimSuffix(prefix, "/"), rules: rules, pages: pages}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		ModifyResponse: h.modifyResponse,

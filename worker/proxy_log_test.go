@@ -30,7 +30,7 @@ func TestProxyErrorLogNamesThePath(t *testing.T) {
 		{"/", `path=/py/x/y upstream_path=/x/y`},
 	} {
 		var out bytes.Buffer
-		w := &Worker{log: hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Debug}), cfg: &config.Config{}}
+		w := &Worker{log: hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Debug}), setup: &setup{cfg: &config.Config{}}}
 		h := &proxyHandler{w: w, pool: &upstreamPool{w: w, up: &config.Upstream{Name: "app"}},
 			cfg: config.Proxy{RewritePrefix: tt.rewrite}, base: "/py"}
 		h.rp = &httputil.ReverseProxy{Rewrite: h.rewrite, Transport: failingTransport{}, ErrorHandler: h.fail}

@@ -3,11 +3,8 @@ package worker
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
-	"errors"
 	"net/http"
-	"net/url"
 	"os"
 	"time"
 
@@ -16,15 +13,13 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/worker/compress"
-	"github.com/gatehouse-dev/gatehouse/worker/httphead"
-	"github.com/gatehouse-dev/gatehouse/worker/site"
 	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
 
 // Fixed transport limits (docs/DESIGN.md §3, §7).
 const (
-	headDeadline = 30 * time.Second // from the head's first byte
-	headGap      = 5 * time.Second  // longest silence inside a head
+	headDeadline = headend.Deadline // from the head's first byte
+	headGap      = headend.Gap      // longest silence inside a head
 	bodyReadWait = 15 * time.Second // longest single wait inside a body
 	// Minimum body rate: after bodyGrace, bytes received must be at least
 	// bodyMinRate × (elapsed − bodyGrace).
@@ -316,174 +311,4 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 			return proto.Disposition_KEEP_ALIVE, cs.leftover(), cs.requests
 		}
 	}
-}
-
-// round reads one request head, runs its handler and frames its response. It
-// reports whether the connection stays open, and if not, how to close it.
-func (cs *connServer) round() (keep bool, disp proto.Disposition) {
-	start := time.Now()
-	cs.roundStart = start
-	cs.rt = nil
-	cs.in.head(start)
-	cs.raw.start(cs.br)
-	hot := cs.hotNext
-	cs.hotNext = false
-	head, err := httphead.ReadHead(cs.br, httphead.Limits{})
-	if err != nil {
-		return false, cs.headError(err)
-	}
-	cs.raw.stop()
-	cs.requests++
-	if hot {
-		cs.hotRequests++
-	}
-	lim := cs.w.cfg.Limits
-	keep = head.Persistent() &&
-		cs.requests < maxRequestsPerConn &&
-		time.Since(cs.accepted) < maxConnAge &&
-		!cs.drainCloses()
-
-	ctx, cancel := context.WithCancel(&cs.parent)
-	defer cancel()
-	req := &http.Request{
-		Method:        head.Method,
-		URL:           head.URL,
-		Proto:         head.Proto,
-		ProtoMajor:    head.ProtoMajor,
-		ProtoMinor:    head.ProtoMinor,
-		Header:        head.Header,
-		Host:          head.Host,
-		RequestURI:    head.Target,
-		RemoteAddr:    cs.d.GetPeer(),
-		TLS:           cs.tlsState(),
-		Close:         !keep,
-		ContentLength: head.ContentLength,
-		Body:          http.NoBody,
-	}
-	if req.URL == nil {
-		req.URL = &url.URL{Path: "/"}
-	}
-	if head.Chunked {
-		req.TransferEncoding = []string{"chunked"}
-	}
-	if !serverWideOptions(req) {
-		// Routes, rate-limit classes and the proxy see the normalised path
-		// only, so "//internal/x" and "/a/../internal/x" are "/internal/x".
-		raw, decoded, err := httphead.NormalizePath(req.URL.EscapedPath())
-		if err != nil {
-			cs.outcome = proto.Outcome_BAD_REQUEST
-			cs.writeError(http.StatusBadRequest, err.Error(), head, nil)
-			return false, proto.Disposition_LINGER
-		}
-		u := *req.URL
-		u.Path, u.RawPath = decoded, raw
-		req.URL = &u
-	}
-	req = req.WithContext(ctx)
-	rt := cs.route(req)
-	cs.rt = rt
-
-	// The body cap, raised for an authorized upload; both are decided from
-	// the head alone, before any body byte is read (or 100 Continue sent).
-	maxBody := rt.bodyCap(lim.MaxBodyBytes)
-	if rt != nil && rt.maxUpload > maxBody && (head.ContentLength > maxBody || head.Chunked) {
-		switch {
-		case cs.w.authorizedUpload(rt, req):
-			maxBody = rt.maxUpload
-		case head.ContentLength > maxBody:
-			cs.outcome = proto.Outcome_BAD_REQUEST
-			cs.writeError(http.StatusUnauthorized, "upload over max_body_bytes without an accepted token", head,
-				http.Header{"Www-Authenticate": {`Bearer realm="gatehouse"`}})
-			return false, proto.Disposition_LINGER
-		}
-	}
-	if head.ContentLength > maxBody && (rt == nil || !rt.headOnly) {
-		cs.outcome = proto.Outcome_BAD_REQUEST
-		cs.writeError(http.StatusRequestEntityTooLarge, "request body too large", head, nil)
-		return false, proto.Disposition_LINGER
-	}
-	body := newBody(cs, head, maxBody, start)
-	if head.HasBody() {
-		req.Body = body
-	}
-
-	rw := newResponse(cs, req, keep)
-	rw.body = body
-	cs.rw = rw
-	switch {
-	case serverWideOptions(req):
-		answerServerOptions(rw)
-	case site.Preflight(cs.w.cfg.CORS, req):
-		site.AnswerPreflight(cs.w.cfg.CORS, rw)
-	case !cs.allowed(ctx, rw, req):
-		// answered 429 or 503
-	case !cs.admit(ctx, rw, req, rt):
-		// answered 403, 401 or 429
-	default:
-		if buffered(rt, head, maxBody, lim.MaxBodyBytes) {
-			if status, why := cs.bufferBody(ctx, req, head, body, maxBody); status != 0 {
-				cs.outcome = proto.Outcome_BAD_REQUEST
-				switch status {
-				case http.StatusRequestTimeout:
-					cs.outcome = proto.Outcome_TIMEOUT
-				case http.StatusServiceUnavailable:
-					cs.outcome = proto.Outcome_OK
-				}
-				cs.writeError(status, why, head, nil)
-				return false, proto.Disposition_LINGER
-			}
-		}
-		if rt != nil && rt.stream && !cs.leavePool(ctx, false) {
-			cs.outcome = proto.Outcome_OK
-			cs.writeError(http.StatusServiceUnavailable, "stream budget full", head, nil)
-			return false, proto.Disposition_LINGER
-		}
-		if !cs.runHandler(rt, rw, req) {
-			return false, proto.Disposition_CLOSE
-		}
-		if cs.upgraded {
-			// The relay has ended; the connection is closed, never
-			// returned to the dispatcher.
-			cs.outcome = proto.Outcome_OK
-			cs.record(start, head, rw.status, rw.written)
-			return false, proto.Disposition_CLOSE
-		}
-	}
-	if status := bodyErrorStatus(body.err); status != 0 && !rw.headerSent {
-		// The handler stopped on a body the transport refused; its answer
-		// is replaced by the transport's, which closes the connection.
-		cs.outcome = proto.Outcome_BAD_REQUEST
-		if status == http.StatusRequestTimeout {
-			cs.outcome = proto.Outcome_TIMEOUT
-		}
-		cs.writeError(status, body.err.Error(), head, nil)
-		return false, proto.Disposition_LINGER
-	}
-	err = rw.finish()
-	cs.record(start, head, rw.status, rw.written)
-	if err != nil {
-		cs.outcome = proto.Outcome_PEER_RESET
-		if isTimeout(err) {
-			cs.outcome = proto.Outcome_TIMEOUT
-		}
-		return false, proto.Disposition_CLOSE
-	}
-	if !rw.keep {
-		if !head.Persistent() && !head.HasBody() && cs.inputEmpty() {
-			// The client asked to close and sent nothing more: a close
-			// resets nothing, so the connection need not linger (nginx's
-			// rule too).
-			return false, proto.Disposition_CLOSE
-		}
-		return false, proto.Disposition_LINGER
-	}
-	// The body is drained exactly before the next round, or the
-	// connection closes (docs/DESIGN.md §3.4).
-	if head.HasBody() && !body.drain(drainMax) {
-		if errors.Is(body.err, ErrBodyTooSlow) {
-			cs.outcome = proto.Outcome_TIMEOUT
-		}
-		return false, proto.Disposition_LINGER
-	}
-	return true, proto.Disposition_KEEP_ALIVE
 }

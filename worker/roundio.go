@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/worker/httphead"
 	"github.com/gatehouse-dev/gatehouse/worker/transport"
 )
@@ -235,6 +236,6 @@ func (cs *connServer) inputEmpty() bool {
 	if cs.pending() > 0 {
 		return false
 	}
-	_, err := transport.Peek(cs.sockFD(), cs.peek1[:])
+	_, err := sysio.Peek(cs.sockFD(), cs.peek1[:])
 	return err == unix.EAGAIN
 }

@@ -28,6 +28,10 @@ type router struct {
 	byListener map[string]listenerHTTP
 	// pages are the global error pages, for requests without a route.
 	pages site.ErrorPages
+	// pools are the upstreams' connection pools, by upstream name, each
+	// shared by the routes proxying to it; filled while the router is
+	// built.
+	pools map[string]*upstreamPool
 }
 
 type route struct {
@@ -87,7 +91,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(up, r.Proxy, r.Prefix, site.NewRequestRules(&r), pages))
+			h = untypedStaysUntyped(w.newProxy(rt.upstreamPool(w, up), r.Proxy, r.Prefix, site.NewRequestRules(&r), pages))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Redirect != nil:

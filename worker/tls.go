@@ -192,8 +192,9 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File, fd int) (*tls.Conn, p
 // setTicketKeys gives every TLS listener the supervisor's session ticket
 // keys, the current one first, so a ticket issued by any worker resumes on
 // this one without a signature.
-func (w *Worker) setTicketKeys(keys [][]byte) error {
-	if len(w.tls) == 0 {
+// Before Hello (s nil) they are ignored.
+func (s *setup) setTicketKeys(keys [][]byte) error {
+	if s == nil || len(s.tls) == 0 {
 		return nil
 	}
 	if len(keys) == 0 || len(keys) > 2 {
@@ -206,7 +207,7 @@ func (w *Worker) setTicketKeys(keys [][]byte) error {
 		}
 		copy(ks[i][:], k)
 	}
-	for _, cfg := range w.tls {
+	for _, cfg := range s.tls {
 		cfg.SetSessionTicketKeys(ks)
 	}
 	return nil

@@ -36,9 +36,10 @@ type upstreamPool struct {
 	tr *http.Transport
 }
 
-// upstreamPool returns the worker's pool for up, creating it once.
-func (w *Worker) upstreamPool(up *config.Upstream) *upstreamPool {
-	if p := w.pools[up.Name]; p != nil {
+// upstreamPool returns rt's pool for up, creating it once while rt is
+// built.
+func (rt *router) upstreamPool(w *Worker, up *config.Upstream) *upstreamPool {
+	if p := rt.pools[up.Name]; p != nil {
 		return p
 	}
 	p := &upstreamPool{w: w, up: up}
@@ -53,10 +54,10 @@ func (w *Worker) upstreamPool(up *config.Upstream) *upstreamPool {
 		ResponseHeaderTimeout: up.ResponseTimeout,
 		DisableCompression:    true,
 	}
-	if w.pools == nil {
-		w.pools = make(map[string]*upstreamPool)
+	if rt.pools == nil {
+		rt.pools = make(map[string]*upstreamPool)
 	}
-	w.pools[up.Name] = p
+	rt.pools[up.Name] = p
 	return p
 }
 
@@ -107,7 +108,7 @@ func (p *upstreamPool) reclaim() {
 
 // reclaim answers the supervisor's Reclaim for upstream name.
 func (w *Worker) reclaim(name string) {
-	if p := w.pools[name]; p != nil {
+	if p := w.pool(name); p != nil {
 		p.reclaim()
 		return
 	}

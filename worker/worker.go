@@ -6,7 +6,6 @@ package worker
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,7 +21,6 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
-	"github.com/gatehouse-dev/gatehouse/worker/accesslog"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -31,48 +28,30 @@ import (
 // channelFD is the descriptor the supervisor passes the channel as.
 const channelFD = 3
 
-// Worker serves the connections its supervisor dispatches.
+// Worker serves the connections its supervisor dispatches. What it is
+// told once, by Hello, is its setup; what changes while it runs, its
+// lifecycle; the rest are the mechanisms the rounds share.
 type Worker struct {
-	log    hclog.Logger
-	access *accesslog.Log // nil when the access log is off
-	ch     *ipc.Stream
-	roots  map[string]*os.Root // document roots opened before the sandbox closed; immutable
+	log   hclog.Logger // its level is the last LogLevel's
+	ch    *ipc.Stream
+	roots map[string]*os.Root // document roots opened before the sandbox closed; immutable
+	opts  Options             // immutable
+	// testDispatchAge, set by a test before the worker runs, replaces
+	// maxDispatchAge.
+	testDispatchAge time.Duration
 
-	opts  Options // immutable
+	// *setup is nil until Hello, then never changed.
+	*setup
+	lifecycle
+
 	calls caller
-
-	cfg    *config.Config           // set once by Hello
-	router *router                  // set once by Hello
-	tls    map[string]*tls.Config   // by listener name; set once by Hello
-	kept   keptSet                  // connections kept for affinity
-	pools  map[string]*upstreamPool // by upstream name; set once by Hello
-	id     uint32
-	conc   int
-
-	// hotWindow is how long a connection is kept after its input is used
-	// up (set once by Hello); pressure is on while a connection waits for
-	// a slot somewhere; hot holds the connections in a hot wait.
-	hotWindow time.Duration
-	// dispatchAge is how long one dispatch may last (maxDispatchAge unless
-	// a test set it before the worker ran; set once by Hello).
-	dispatchAge time.Duration
-	pressure    atomic.Bool
-	hotMu       sync.Mutex
-	hot         map[*connServer]struct{} // +checklocks:hotMu
-
-	srv  servers // set once by Hello
-	date dateCache
-
-	active   atomic.Int32
-	draining atomic.Bool
-	// retire is set by a Drain with retire: the TLS connections kept here
-	// are served until each ends before the worker exits.
-	retire  atomic.Bool
-	drained atomic.Bool // every round finished after a drain
-	// serving counts the dispatches being served, from the Dispatch frame
-	// to their Done.
-	serving  atomic.Int64
-	exitOnce sync.Once
+	kept  keptSet // connections kept for affinity
+	// hot holds the connections in a hot wait, for a pressure notice to
+	// end.
+	hotMu sync.Mutex
+	hot   map[*connServer]struct{} // +checklocks:hotMu
+	srv   servers                  // the server goroutines, from Hello on
+	date  dateCache
 }
 
 // Options are what an embedding program adds to a worker.
@@ -177,7 +156,7 @@ func Run(args []string, opts Options) int {
 	go memtrim.Run(trim, memtrim.Default, nil)
 	err = w.run(layers)
 	stopTrim()
-	if w.access != nil {
+	if w.setup != nil && w.access != nil {
 		w.access.Flush()
 	}
 	if err != nil {
@@ -208,7 +187,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 		}
 		switch b := f.Body.(type) {
 		case *proto.Frame_Hello:
-			if w.cfg != nil {
+			if w.setup != nil {
 				return errors.New("second Hello")
 			}
 			if err := w.hello(b.Hello); err != nil {
@@ -224,7 +203,7 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			w.serving.Add(1)
 			var k *keptConn
 			switch {
-			case w.cfg == nil:
+			case w.setup == nil:
 				closeFD(fd)
 				return errors.New("Dispatch before Hello")
 			case !b.Dispatch.GetHasFd():
@@ -255,18 +234,16 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			// send, so the supervisor's frames are always read.
 			pong := &proto.Frame{Body: &proto.Frame_Pong{Pong: &proto.Pong{Seq: b.Ping.GetSeq(), Active: uint32(w.active.Load())}}}
 			go w.ch.Send(pong, -1)
-		case *proto.Frame_DialReply, *proto.Frame_RateReply, *proto.Frame_StatsReply, *proto.Frame_Overloaded, *proto.Frame_BodyReply, *proto.Frame_StreamReply, *proto.Frame_SignReply:
-			w.calls.deliver(reply{f: f, fd: fd})
 		case *proto.Frame_Forget:
 			w.forget(b.Forget.GetConnId())
 		case *proto.Frame_TicketKeys:
-			if err := w.setTicketKeys(b.TicketKeys.GetKeys()); err != nil {
+			if err := w.setup.setTicketKeys(b.TicketKeys.GetKeys()); err != nil {
 				return err
 			}
 		case *proto.Frame_Reclaim:
 			go w.reclaim(b.Reclaim.GetUpstream())
 		case *proto.Frame_AccessLog:
-			if w.access == nil {
+			if w.setup == nil || w.access == nil {
 				closeFD(fd)
 				return errors.New("AccessLog before Hello or with the access log off")
 			}
@@ -283,6 +260,12 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			w.draining.Store(true)
 			w.exitIfDrained()
 		default:
+			// Every reply goes to its caller, by the role the schema
+			// declares (ipc.Spec): a new reply type needs no case here.
+			if ipc.SpecOf(f).Role == proto.Role_ROLE_REPLY {
+				w.calls.deliver(reply{f: f, fd: fd})
+				continue
+			}
 			closeFD(fd)
 			return fmt.Errorf("unexpected frame %T", f.Body)
 		}
@@ -307,47 +290,6 @@ func (w *Worker) exitIfDrained() {
 // ones, as a TLS connection's state cannot move to another worker.
 func (cs *connServer) drainCloses() bool {
 	return cs.w.draining.Load() && !(cs.tls && cs.w.retire.Load())
-}
-
-// hello applies the supervisor's configuration.
-func (w *Worker) hello(h *proto.Hello) error {
-	cfg, err := config.Parse(h.GetConfig(), h.GetConfigName(), config.ParseOptions{BaseDir: h.GetBaseDir(), SkipFSChecks: true})
-	if err != nil {
-		return fmt.Errorf("parsing configuration from Hello: %w", err)
-	}
-	if err := cfg.SetHtpasswd(htpasswdOf(h.GetHtpasswd())); err != nil {
-		return fmt.Errorf("htpasswd entries from Hello: %w", err)
-	}
-	rt, err := newRouter(w, cfg, w.roots)
-	if err != nil {
-		return err
-	}
-	tc, err := w.tlsConfigs(h.GetCertificates())
-	if err != nil {
-		return err
-	}
-	w.cfg, w.router, w.id, w.tls = cfg, rt, h.GetWorkerId(), tc
-	if err := w.setTicketKeys(h.GetTicketKeys()); err != nil {
-		return err
-	}
-	w.conc = max(1, int(h.GetConcurrency()))
-	if w.dispatchAge == 0 {
-		w.dispatchAge = maxDispatchAge
-	}
-	if t := h.GetThreads(); t > 0 {
-		runtime.GOMAXPROCS(int(t))
-	}
-	w.srv = newServers(w.conc)
-	w.hotWindow = cfg.Workers.HotWindow
-	w.hotMu.Lock()
-	w.hot = make(map[*connServer]struct{})
-	w.hotMu.Unlock()
-	w.calls.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
-	w.log.SetLevel(hclog.LevelFromString(cfg.Log.Level))
-	if cfg.Log.AccessLog {
-		w.access = accesslog.New(cfg.Log.AccessLogFormat, cfg.Log.AccessLogQuery, cfg.Log.AccessLogBuffer, cfg.Log.AccessLogFlush, w.log)
-	}
-	return nil
 }
 
 // setPressure records the supervisor's pressure; when on, every hot wait

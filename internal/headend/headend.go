@@ -16,7 +16,20 @@
 // bodies, TLS records.
 package headend
 
-import "bytes"
+import (
+	"bytes"
+	"time"
+)
+
+// The head timeouts, which the supervisor enforces on a head it holds and
+// the worker on one it reads, so a client meets one rule wherever its head
+// arrives (docs/DESIGN.md §2.4).
+const (
+	// Deadline bounds a head from its first byte.
+	Deadline = 30 * time.Second
+	// Gap bounds the silence between two bytes of a head.
+	Gap = 5 * time.Second
+)
 
 // Status is what the bytes scanned so far say about the head.
 type Status uint8

@@ -75,3 +75,33 @@ func TestCallsNeverBlock(t *testing.T) {
 		t.Errorf("Recvmsg: %d %q, oob %d, %v", n, buf[:n], oobn, err)
 	}
 }
+
+// The worker's calls return at once on its non-blocking socket, and a
+// Peek leaves what it saw for the next Read.
+func TestWorkerCallsNeverBlock(t *testing.T) {
+	s := pair(t, unix.SOCK_STREAM)
+	for _, fd := range s {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 64)
+	if _, err := Read(s[0], buf); !errors.Is(err, unix.EAGAIN) {
+		t.Errorf("Read on an empty socket: %v, want EAGAIN", err)
+	}
+	if _, err := Peek(s[0], buf); !errors.Is(err, unix.EAGAIN) {
+		t.Errorf("Peek on an empty socket: %v, want EAGAIN", err)
+	}
+	if n, err := SendParts(s[1], []byte("hel"), []byte("lo"), false); n != 5 || err != nil {
+		t.Fatalf("SendParts: %d, %v", n, err)
+	}
+	if n, err := Write(s[1], []byte("!")); n != 1 || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	if n, err := Peek(s[0], buf); n != 6 || err != nil || string(buf[:n]) != "hello!" {
+		t.Errorf("Peek: %d %q, %v", n, buf[:n], err)
+	}
+	if n, err := Read(s[0], buf); n != 6 || err != nil || string(buf[:n]) != "hello!" {
+		t.Errorf("Read after the peek: %d %q, %v", n, buf[:n], err)
+	}
+}

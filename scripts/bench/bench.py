@@ -1181,6 +1181,10 @@ def main():
     ap.add_argument("--tls-idle-rounds", type=int, default=3)
     ap.add_argument("--tls-idle-cpu-seconds", type=int, default=3)
     ap.add_argument("--real-conns", type=int, default=64, help="wrk connections of the real-traffic phase")
+    ap.add_argument("--real-measures", default="site-http,site-https,api-2k,api-200k,ws-tls",
+                    help="the real-traffic phase's workloads")
+    ap.add_argument("--real-gatehouse", default="shipped,shipped-nolog,tuned",
+                    help="the real-traffic phase's gatehouse configurations")
     ap.add_argument("--ws-conns", type=int, default=16,
                     help="WebSocket connections of the real-traffic phase (gatehouse's default streams per client: 16)")
     ap.add_argument("--ws-size", type=int, default=1024, help="WebSocket message size, bytes")

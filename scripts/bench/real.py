@@ -334,11 +334,13 @@ def phase_real(args, res, tmp, logdir, nethttp_bin):
     names = args.servers.split(",")
     servers = []
     if "gatehouse" in names:
-        servers += [
-            RealGatehouse("gatehouse-shipped", base + 1, tmp, logdir, args.gatehouse, site, up.addr, cert, False, True, args),
-            RealGatehouse("gatehouse-shipped-nolog", base + 3, tmp, logdir, args.gatehouse, site, up.addr, cert, False, False, args),
-            RealGatehouse("gatehouse-tuned", base + 5, tmp, logdir, args.gatehouse, site, up.addr, cert, True, True, args),
-        ]
+        configs = args.real_gatehouse.split(",")
+        if "shipped" in configs:
+            servers.append(RealGatehouse("gatehouse-shipped", base + 1, tmp, logdir, args.gatehouse, site, up.addr, cert, False, True, args))
+        if "shipped-nolog" in configs:
+            servers.append(RealGatehouse("gatehouse-shipped-nolog", base + 3, tmp, logdir, args.gatehouse, site, up.addr, cert, False, False, args))
+        if "tuned" in configs:
+            servers.append(RealGatehouse("gatehouse-tuned", base + 5, tmp, logdir, args.gatehouse, site, up.addr, cert, True, True, args))
     if "nethttp" in names:
         servers.append(RealNetHTTP(base + 7, tmp, logdir, nethttp_bin, site, up.addr, cert))
     if "nginx" in names:
@@ -368,7 +370,7 @@ def phase_real(args, res, tmp, logdir, nethttp_bin):
         s.start(args.nofile, "real")
     try:
         for rnd in range(args.rounds):
-            for kind in MEASURES:
+            for kind in [k for k in MEASURES if k in args.real_measures.split(",")]:
                 order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
                 for s in order:
                     pid, kids = s.pids()

@@ -61,7 +61,12 @@ func TestBasicAuthTables(t *testing.T) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.SetBasicAuth(user, pass)
 		rec := httptest.NewRecorder()
-		return rec, a.Authorize(context.Background(), rec, r, netip.MustParseAddr(client), charge)
+		ref := a.Authorize(context.Background(), r, netip.MustParseAddr(client), charge)
+		if ref.Status != 0 {
+			rec.Header().Set(ref.Field, ref.Value)
+			http.Error(rec, ref.Text, ref.Status)
+		}
+		return rec, ref.Status == 0
 	}
 	for range 2 {
 		if _, ok := try("192.0.2.1", "alice", "s3cret:x"); !ok {

@@ -136,36 +136,42 @@ func (a *BasicAuth) throttle(client netip.Addr, until time.Time) {
 // a charge that could not be made refuses nothing.
 type Charge func(ctx context.Context, class string) (retryAfter time.Duration, refused bool)
 
-// Authorize answers a request without valid credentials: 401 with the
+// Refusal is the answer to a request the access phase refuses, which the
+// caller writes (as a handler would, the connection kept): its status, the
+// one header field that goes with it and a text body. The zero Refusal
+// admits the request.
+type Refusal struct {
+	Status       int
+	Field, Value string
+	Text         string
+}
+
+// Authorize refuses a request without valid credentials: 401 with the
 // challenge, or 429 once the client's failures ran out its fail_class
 // bucket. Each failure (credentials sent that do not verify) is charged to
-// that class by charge. It reports whether the request may go on.
-func (a *BasicAuth) Authorize(ctx context.Context, rw http.ResponseWriter, req *http.Request, client netip.Addr, charge Charge) bool {
+// that class by charge. It returns the zero Refusal when the request may
+// go on.
+func (a *BasicAuth) Authorize(ctx context.Context, req *http.Request, client netip.Addr, charge Charge) Refusal {
 	name, password, sent := req.BasicAuth()
 	if sent {
 		if d := a.throttledFor(client, time.Now()); d > 0 {
-			tooManyAttempts(rw, d)
-			return false
+			return tooManyAttempts(d)
 		}
 		if a.verify(name, password) {
-			return true
+			return Refusal{}
 		}
 		if a.failClass != "" {
 			if d, refused := charge(ctx, a.failClass); refused {
 				d = max(d, time.Second)
 				a.throttle(client, time.Now().Add(d))
-				tooManyAttempts(rw, d)
-				return false
+				return tooManyAttempts(d)
 			}
 		}
 	}
-	rw.Header().Set("Www-Authenticate", a.challenge)
-	http.Error(rw, "401 unauthorized", http.StatusUnauthorized)
-	return false
+	return Refusal{Status: http.StatusUnauthorized, Field: "Www-Authenticate", Value: a.challenge, Text: "401 unauthorized"}
 }
 
-// tooManyAttempts answers 429 with Retry-After in whole seconds.
-func tooManyAttempts(rw http.ResponseWriter, d time.Duration) {
-	rw.Header().Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
-	http.Error(rw, "429 too many failed logins", http.StatusTooManyRequests)
+// tooManyAttempts is 429 with Retry-After in whole seconds.
+func tooManyAttempts(d time.Duration) Refusal {
+	return Refusal{Status: http.StatusTooManyRequests, Field: "Retry-After", Value: strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10), Text: "429 too many failed logins"}
 }

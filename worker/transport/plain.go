@@ -1,8 +1,9 @@
 // Package transport is the worker's I/O on a client connection: a plain
 // socket read and written without the poller until a call must wait
 // (Plain), and the record-at-a-time transport under crypto/tls that leaves
-// the socket at a record boundary (TLS), both over non-blocking system
-// calls made raw. It knows nothing of rounds or handlers.
+// the socket at a record boundary (TLS), both over internal/sysio's
+// non-blocking system calls, and one write loop (sendNow). It knows
+// nothing of rounds or handlers.
 package transport
 
 import (
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 )
 
 // Plain is a plain client connection. Most rounds need no wait: the
@@ -59,7 +62,7 @@ func (c *Plain) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		n, err := IgnoringEINTR(func() (int, error) { return readNB(c.fd, p) })
+		n, err := IgnoringEINTR(func() (int, error) { return sysio.Read(c.fd, p) })
 		switch {
 		case err == nil && n > 0:
 			return n, nil
@@ -79,19 +82,9 @@ func (c *Plain) Write(p []byte) (int, error) {
 	if c.f != nil {
 		return c.f.Write(p)
 	}
-	n := 0
-	for n < len(p) {
-		m, err := IgnoringEINTR(func() (int, error) { return writeNB(c.fd, p[n:]) })
-		if err == unix.EAGAIN {
-			break
-		}
-		if err != nil {
-			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
-		}
-		n += m
-	}
-	if n == len(p) {
-		return n, nil
+	n, err := sendNow(len(p), func(off int) (int, error) { return sysio.Write(c.fd, p[off:]) })
+	if err != nil || n == len(p) {
+		return n, err
 	}
 	// The socket's buffer is full: the rest waits under the poller, within
 	// the write deadline.
@@ -108,25 +101,15 @@ func (c *Plain) Write(p []byte) (int, error) {
 // stays there), and waits under the poller, within the write deadline,
 // only for what the socket did not take. a is not empty.
 func (c *Plain) WriteParts(a, b []byte, more bool) (int, error) {
-	n, total := 0, len(a)+len(b)
-	for n < total {
-		var m int
-		var err error
-		if n < len(a) {
-			m, err = IgnoringEINTR(func() (int, error) { return sendNB(c.fd, a[n:], b, more) })
-		} else {
-			m, err = IgnoringEINTR(func() (int, error) { return sendNB(c.fd, b[n-len(a):], nil, more) })
+	total := len(a) + len(b)
+	n, err := sendNow(total, func(off int) (int, error) {
+		if off < len(a) {
+			return sysio.SendParts(c.fd, a[off:], b, more)
 		}
-		if err == unix.EAGAIN {
-			break
-		}
-		if err != nil {
-			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
-		}
-		n += m
-	}
-	if n == total {
-		return n, nil
+		return sysio.SendParts(c.fd, b[off-len(a):], nil, more)
+	})
+	if err != nil || n == total {
+		return n, err
 	}
 	f := c.Poll()
 	if n < len(a) {
@@ -177,6 +160,25 @@ func (c *Plain) Poll() *os.File {
 		}
 	}
 	return c.f
+}
+
+// sendNow is the one non-blocking write loop: it calls send with the count
+// sent so far until total bytes are sent, the socket's buffer is full
+// (EAGAIN: it returns the count and no error, and the caller waits under
+// the poller for the rest) or the call fails. EINTR is tried again.
+func sendNow(total int, send func(off int) (int, error)) (int, error) {
+	n := 0
+	for n < total {
+		m, err := IgnoringEINTR(func() (int, error) { return send(n) })
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // IgnoringEINTR calls call again while it fails with EINTR.

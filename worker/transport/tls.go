@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 )
 
 // TLS is the client connection under crypto/tls (its net.Conn). It reads record
@@ -124,7 +126,7 @@ func (t *TLS) read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := IgnoringEINTR(func() (int, error) { return readNB(t.fd, p) })
+	n, err := IgnoringEINTR(func() (int, error) { return sysio.Read(t.fd, p) })
 	switch {
 	case err == nil && n > 0:
 		return n, nil
@@ -147,19 +149,9 @@ func (t *TLS) read(p []byte) (int, error) {
 // Write writes what the socket takes at once, and waits under the file's
 // deadlines only for the rest.
 func (t *TLS) Write(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := IgnoringEINTR(func() (int, error) { return writeNB(t.fd, p[n:]) })
-		if err == unix.EAGAIN {
-			break
-		}
-		if err != nil {
-			return n, &os.PathError{Op: "write", Path: "conn", Err: err}
-		}
-		n += m
-	}
-	if n == len(p) {
-		return n, nil
+	n, err := sendNow(len(p), func(off int) (int, error) { return sysio.Write(t.fd, p[off:]) })
+	if err != nil || n == len(p) {
+		return n, err
 	}
 	m, err := t.File.Write(p[n:])
 	return n + m, err
@@ -186,7 +178,7 @@ func (t *TLS) peek() peekResult {
 	}
 	buf := recordPeek.Get().(*[]byte)
 	defer recordPeek.Put(buf)
-	n, err := Peek(t.fd, *buf)
+	n, err := sysio.Peek(t.fd, *buf)
 	switch {
 	case err == unix.EAGAIN || err == unix.EINTR:
 		return peekNothing
