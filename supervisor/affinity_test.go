@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // affinityConfig is baseConfig with plain affinity on.
@@ -46,7 +47,7 @@ func (h *loopHarness) forgotten(p *fakeProc, id uint64) {
 // keptBy waits until worker slot keeps n copies.
 func (h *loopHarness) keptBy(slot, n int) {
 	h.t.Helper()
-	h.waitFor("kept copies", func(s Snapshot) bool { return s.Workers[slot].Kept == n })
+	h.waitFor("kept copies", func(s view.Snapshot) bool { return s.Workers[slot].Kept == n })
 }
 
 // keeping waits for the next Dispatch with a descriptor at any of ps and
@@ -106,7 +107,7 @@ func TestAffinityRedispatchWithoutDescriptor(t *testing.T) {
 	if err := p.Done(done(id, 4, proto.Disposition_KEEP_ALIVE)); err != nil {
 		t.Fatal(err)
 	}
-	s := h.waitFor("parked, not kept", func(s Snapshot) bool { return s.Conns["idle"] == 1 && s.AtWorkers == 0 })
+	s := h.waitFor("parked, not kept", func(s view.Snapshot) bool { return s.Conns["idle"] == 1 && s.AtWorkers == 0 })
 	if s.Workers[p.slot].Kept != 0 || s.Counters["affinity"] != 3 || s.Counters["affinity_moves"] != 0 {
 		t.Errorf("kept %d, affinity %d, moves %d; want 0, 3, 0", s.Workers[p.slot].Kept, s.Counters["affinity"], s.Counters["affinity_moves"])
 	}
@@ -147,14 +148,14 @@ func TestAffinityMovesFromBusyKeeper(t *testing.T) {
 	}
 	h.send(a)
 	// a waits for its keeper, whether or not the other worker is free.
-	h.waitFor("a waiting", func(s Snapshot) bool { return s.Conns["waiting"] == 1 })
+	h.waitFor("a waiting", func(s view.Snapshot) bool { return s.Conns["waiting"] == 1 })
 	h.pressure(other, true)
 	h.pressure(keeper, true)
 	if at == other {
 		if err := other.Done(done(bid, 1, proto.Disposition_CLOSE)); err != nil {
 			t.Fatal(err)
 		}
-		h.waitFor("the other worker free", func(s Snapshot) bool { return s.Workers[other.slot].Active == 0 })
+		h.waitFor("the other worker free", func(s view.Snapshot) bool { return s.Workers[other.slot].Active == 0 })
 	}
 	h.noFrame(keeper)
 	h.noFrame(other)
@@ -198,7 +199,7 @@ func TestAffinityCapEnforced(t *testing.T) {
 	case <-time.After(frameWait):
 		t.Fatal("worker not killed")
 	}
-	s := h.waitFor("kill counted", func(s Snapshot) bool { return s.Counters["worker_kills"] == 1 })
+	s := h.waitFor("kill counted", func(s view.Snapshot) bool { return s.Counters["worker_kills"] == 1 })
 	if _, closed := closedByPeer(b); !closed {
 		t.Error("the connection the killed worker held is still open")
 	}
@@ -229,7 +230,7 @@ func TestAffinityForgetOnClose(t *testing.T) {
 				h.advance(2 * time.Second)
 			}
 			h.forgotten(p, id)
-			s := h.waitFor("closed", func(s Snapshot) bool { return len(s.Conns) == 0 })
+			s := h.waitFor("closed", func(s view.Snapshot) bool { return len(s.Conns) == 0 })
 			if s.Workers[0].Kept != 0 {
 				t.Errorf("kept %d after the close, want 0", s.Workers[0].Kept)
 			}
@@ -271,9 +272,9 @@ func TestAffinityKeeperFirst(t *testing.T) {
 	pd, idd, _ := h.keeping(h.workers)
 	// b (kept by w1) then a (kept by w0) wait: the pool is full.
 	h.send(b)
-	h.waitFor("b waiting", func(s Snapshot) bool { return s.Conns["waiting"] == 1 })
+	h.waitFor("b waiting", func(s view.Snapshot) bool { return s.Conns["waiting"] == 1 })
 	h.send(a)
-	h.waitFor("a waiting", func(s Snapshot) bool { return s.Conns["waiting"] == 2 })
+	h.waitFor("a waiting", func(s view.Snapshot) bool { return s.Conns["waiting"] == 2 })
 	h.pressure(w0, true)
 	h.pressure(w1, true)
 	// w0 frees its slot: a, its own, goes there without a descriptor
@@ -324,10 +325,10 @@ func TestAffinityForgetOnPenalty(t *testing.T) {
 		t.Fatal("the second connection went to the busy keeper")
 	}
 	other.Close()
-	h.waitFor("the client penalized", func(s Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
+	h.waitFor("the client penalized", func(s view.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
 	h.send(a)
 	h.forgotten(keeper, id)
-	s := h.waitFor("refused", func(s Snapshot) bool { return s.Counters["refused_penalty"] == 1 })
+	s := h.waitFor("refused", func(s view.Snapshot) bool { return s.Counters["refused_penalty"] == 1 })
 	if s.Workers[keeper.slot].Kept != 0 {
 		t.Errorf("kept %d after the refusal, want 0", s.Workers[keeper.slot].Kept)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -144,7 +145,7 @@ func (d *dispatcher) pumpBodies() {
 }
 
 // bodySnapshot adds the body budget's state to s.
-func (d *dispatcher) bodySnapshot(s *Snapshot) {
+func (d *dispatcher) bodySnapshot(s *view.Snapshot) {
 	s.BodyBytes, s.BodyConns = d.bodyBytes, d.bodyConns
 	s.Counters["bodies_buffered"] = d.bodiesBuffered
 	s.Counters["body_budget_refused"] = d.bodyRefused

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // bodyFrame sends f, a BodyStart, BodyProgress or BodyDone, from p and
@@ -148,7 +149,7 @@ func TestBodyProgressBounds(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.killed(p, tc.name)
-			s := h.waitFor("the kill settled", func(s Snapshot) bool { return s.Counters["worker_kills"] == 1 })
+			s := h.waitFor("the kill settled", func(s view.Snapshot) bool { return s.Counters["worker_kills"] == 1 })
 			if s.BodyConns != 0 || s.BodyBytes != 0 || s.AtWorkers != 0 {
 				t.Fatalf("after the kill: %d bodies, %d bytes, %d at workers; want 0", s.BodyConns, s.BodyBytes, s.AtWorkers)
 			}

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -9,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
-	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
+	"github.com/hashicorp/go-hclog"
 )
 
 // Refusal reasons at admission.
@@ -71,11 +70,7 @@ type counters struct {
 	rateStoreLocal    uint64
 }
 
-// LatencyBuckets are the upper bounds, in seconds, of the request latency
-// histogram.
-var LatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
-
-// histogram counts observations per bucket of LatencyBuckets (not
+// histogram counts observations per bucket of view.LatencyBuckets (not
 // cumulative), with one more bucket for +Inf.
 type histogram struct {
 	counts [16]uint64
@@ -92,7 +87,7 @@ func (c *counters) observe(status uint32, micros uint64) {
 	c.byClass[class]++
 	secs := float64(micros) / 1e6
 	i := 0
-	for i < len(LatencyBuckets) && secs > LatencyBuckets[i] {
+	for i < len(view.LatencyBuckets) && secs > view.LatencyBuckets[i] {
 		i++
 	}
 	c.latency.counts[i]++
@@ -100,164 +95,15 @@ func (c *counters) observe(status uint32, micros uint64) {
 	c.latency.n++
 }
 
-// Snapshot is a copy of the dispatcher's state at one moment.
-type Snapshot struct {
-	Time time.Time
-	// ShutdownGrace is what a drain or SIGTERM gives requests in flight.
-	ShutdownGrace time.Duration
-	Pool          int
-	Share         int
-	AtWorkers     int
-	Queued        int // connections that have not finished a first request
-	// InFirstRequest is how many of Queued are out at a worker in their
-	// first request (a long upload, an SSE stream): past their head, not
-	// before a request.
-	InFirstRequest int
-	Conns          map[string]int
-	Waiting        int // connections waiting for the pool
-	Clients        []ClientInfo
-	Workers        []WorkerInfo
-	Counters       map[string]uint64
-	Stopping       bool
-	// Admission: bytes held in incomplete heads, whether stress mode is on,
-	// and the first-byte and head timeouts in force.
-	HeadBytes        int
-	Stress           bool
-	FirstByteTimeout time.Duration
-	HeadTimeout      time.Duration
-	// BodyBytes and BodyConns are the body budget in use: request bodies
-	// being received outside the pool.
-	BodyBytes int64
-	BodyConns int
-	// Streams and Upgrades are the stream budget in use: stream-class
-	// requests and upgraded connections outside the pool, of StreamsMax.
-	Streams    int
-	Upgrades   int
-	StreamsMax int
-	Listeners  []netip.AddrPort
-	// Responses counts responses by status class: "1xx" … "5xx", and
-	// "other" for a status out of range.
-	Responses map[string]uint64
-	// Latency is the request latency histogram: Counts[i] responses took at
-	// most LatencyBuckets[i] seconds and more than the bucket before;
-	// Counts[len(LatencyBuckets)] took longer than the last bound.
-	Latency LatencyHistogram
-	// RateLimitBuckets is how many rate limit buckets the table holds.
-	RateLimitBuckets int
-	// Deaths counts worker deaths by reason and signal; they sum to
-	// Counters["worker_deaths"].
-	Deaths []DeathCount
-	// Penalties are the client keys refused now, or present at worker
-	// deaths within the last minute.
-	Penalties []limits.PenaltyInfo
-	// Upstreams are the configured upstreams, by name.
-	Upstreams []UpstreamInfo
-	// Certificates are the TLS listeners' certificates, as loaded.
-	Certificates []secrets.CertificateInfo
-	// CertificateErrors are the certificates the last reload could not
-	// load.
-	CertificateErrors []secrets.CertificateError
-	// Cluster is the shared store's link, nil without a cluster block.
-	Cluster *ClusterInfo
-}
-
-// ClusterInfo is the link to the shared store.
-type ClusterInfo struct {
-	Instance, Address string
-	Up                bool
-	Since             time.Time
-	Error             string
-	SharedTickets     bool
-}
-
-// UpstreamInfo is one upstream's budget and addresses.
-type UpstreamInfo struct {
-	Name           string
-	MaxConnections int
-	Share          int // connections one worker may hold
-	Held           int // given to workers (in use or idle in their pools)
-	Dialing        int
-	Waiting        int    // dials waiting for reclaimed connections
-	Reclaims       uint64 // Reclaim notices sent to workers
-	ShareRefused   uint64 // dials refused over a worker's share
-	Addresses      []AddressInfo
-}
-
-// AddressInfo is one upstream address's state: "up", "down" (out of rotation
-// for fail_timeout after failed dials), "failing" (the upstream's only
-// address, still dialed, after max_fails failed dials in a row), "probing"
-// (one dial tests it after fail_timeout) or "check-failed" (its health
-// check fails).
-type AddressInfo struct {
-	Address string // an IP and port, or "unix:/path"
-	// Host is the configured "name:port" Address was resolved from, or "".
-	Host      string
-	State     string
-	Fails     int // consecutive dial failures
-	Dials     uint64
-	Failures  uint64
-	DownFor   time.Duration // left of fail_timeout when down
-	LastError string
-}
-
-// LatencyHistogram is a snapshot of the request latency histogram.
-type LatencyHistogram struct {
-	Counts []uint64
-	Sum    float64 // seconds
-	Count  uint64
-}
-
-// ClientInfo is one client key's state.
-type ClientInfo struct {
-	Key     string
-	Trusted bool
-	Conns   int
-	Out     int
-	Waiting int
-	Waits   uint64
-	// Penalty is how long the key is still refused for having had
-	// connections at dying workers (0: not refused).
-	Penalty time.Duration
-	// Deaths counts the worker deaths of the last minute it had a
-	// connection at, toward a penalty.
-	Deaths int
-	// BodyConns and BodyBytes are its share of the body budget: bodies
-	// being received outside the pool.
-	BodyConns int
-	BodyBytes int64
-}
-
-// WorkerInfo is one worker slot's state.
-type WorkerInfo struct {
-	Slot   int
-	PID    int
-	State  string
-	Active int
-	// Kept is how many parked plain connections' descriptors it keeps
-	// (affinity), and TLS how many TLS connections' state it holds, out
-	// at it or parked.
-	Kept     int
-	TLS      int
-	Served   uint64
-	Restarts int
-	Backoff  time.Duration
-	Sandbox  []string
-	// Threads is the GOMAXPROCS its process reported when ready.
-	Threads int
-	// Exiting is true while the slot's process is gone from the loop's view
-	// (killed, or its channel closed) but not reaped yet: its death is not
-	// counted yet.
-	Exiting bool
-}
-
-func (d *dispatcher) snapshot(now time.Time) Snapshot {
-	s := Snapshot{
+func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
+	s := view.Snapshot{
 		Time:          now,
 		Pool:          d.pool,
 		Share:         d.share,
 		AtWorkers:     d.out,
 		Queued:        d.queued,
 		Conns:         map[string]int{},
+		ConnStates:    stateNames[:],
 		Waiting:       d.lists[listWaiting].n,
 		Stopping:      d.stopping,
 		ShutdownGrace: d.cfg.Limits.ShutdownGrace,
@@ -308,9 +154,9 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	for i := 1; i <= 5; i++ {
 		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]
 	}
-	s.Latency = LatencyHistogram{Counts: slices.Clone(d.c.latency.counts[:len(LatencyBuckets)+1]), Sum: d.c.latency.sum, Count: d.c.latency.n}
+	s.Latency = view.LatencyHistogram{Counts: slices.Clone(d.c.latency.counts[:len(view.LatencyBuckets)+1]), Sum: d.c.latency.sum, Count: d.c.latency.n}
 	for dc, n := range d.c.deaths {
-		s.Deaths = append(s.Deaths, DeathCount{Reason: dc.reason, Signal: signalName(dc.signal), N: n})
+		s.Deaths = append(s.Deaths, view.DeathCount{Reason: dc.reason, Signal: signalName(dc.signal), N: n})
 	}
 	sort.Slice(s.Deaths, func(i, j int) bool {
 		a, b := s.Deaths[i], s.Deaths[j]
@@ -331,15 +177,15 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	}
 	s.Upstreams = d.upstreamInfo(now)
 	for _, cl := range d.clients {
-		s.Clients = append(s.Clients, ClientInfo{Key: cl.key.String(), Trusted: cl.trusted, Conns: cl.conns, Out: cl.out, Waiting: cl.waiting.n, Waits: cl.waits,
+		s.Clients = append(s.Clients, view.ClientInfo{Key: cl.key.String(), Trusted: cl.trusted, Conns: cl.conns, Out: cl.out, Waiting: cl.waiting.n, Waits: cl.waits,
 			BodyConns: cl.bodyConns, BodyBytes: cl.bodyBytes})
 	}
 	// Keys in the penalty box, with their connections if they hold any.
 	s.Penalties = d.penalties.List(now)
 	for _, p := range s.Penalties {
-		i := slices.IndexFunc(s.Clients, func(c ClientInfo) bool { return c.Key == p.Key })
+		i := slices.IndexFunc(s.Clients, func(c view.ClientInfo) bool { return c.Key == p.Key })
 		if i < 0 {
-			s.Clients = append(s.Clients, ClientInfo{Key: p.Key})
+			s.Clients = append(s.Clients, view.ClientInfo{Key: p.Key})
 			i = len(s.Clients) - 1
 		}
 		s.Clients[i].Penalty, s.Clients[i].Deaths = p.Remaining, p.Deaths
@@ -347,7 +193,7 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	s.Counters["client_penalties"] = d.penalties.Penalties()
 	d.clusterSnapshot(&s)
 	for _, w := range d.workers {
-		wi := WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, TLS: w.tls, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
+		wi := view.WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, TLS: w.tls, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
 		for _, l := range w.layers {
 			mark := "+"
 			if !l.GetApplied() {
@@ -360,12 +206,67 @@ func (d *dispatcher) snapshot(now time.Time) Snapshot {
 	return s
 }
 
-// Client returns the entry for key, or a zero ClientInfo.
-func (s Snapshot) Client(key string) ClientInfo {
-	for _, c := range s.Clients {
-		if c.Key == key {
-			return c
+// Routine client behaviour — a refused connection, a client closing an idle
+// kept-alive connection, a reset, a timeout — is no reason for an operator to
+// look: it is logged at DEBUG, counted, and summarised here once a minute at
+// INFO, naming only what happened (docs/DESIGN.md §6.4). A connection that got
+// the canned 503 for lack of a worker raises the summary to WARN: the pool
+// is too small for the load.
+
+// summaryEvery is how often the summary is logged, when anything happened.
+const summaryEvery = time.Minute
+
+// routineEvents are the events the summary counts, in the order it names them.
+var routineEvents = [...]string{
+	"refused_per_client", "refused_queued", "incomplete_evicted", "peer_closed", "peer_reset",
+	"idle_evicted", "timeout_first_byte", "timeout_head", "timeout_head_gap", "timeout_idle",
+	"rate_limited", "timeout_no_worker",
+}
+
+type eventCounts [len(routineEvents)]uint64
+
+// clientSummary is the state of the summary. Owned by the loop.
+type clientSummary struct {
+	since time.Time   // start of the current period
+	last  eventCounts // the counts at its start
+}
+
+func (d *dispatcher) routineCounts() eventCounts {
+	return eventCounts{
+		d.c.refused[refusedPerClient], d.c.refused[refusedQueued], d.incompleteEvicted, d.c.peerClosed,
+		d.c.outcomes[proto.Outcome_PEER_RESET], d.c.idleEvicted,
+		d.c.timeoutFirstByte, d.timeoutHead, d.timeoutGap, d.c.timeoutIdle,
+		d.c.rateLimited, d.c.timeoutNoWorker,
+	}
+}
+
+// summarize logs the period's events once it is summaryEvery long, or at
+// once when final (shutdown), and starts the next period.
+func (d *dispatcher) summarize(now time.Time, final bool) {
+	if !final && now.Sub(d.summary.since) < summaryEvery {
+		return
+	}
+	cur := d.routineCounts()
+	if level, args, ok := summaryLine(d.summary.last, cur, now.Sub(d.summary.since)); ok {
+		d.log.Log(level, "client events", args...)
+	}
+	d.summary = clientSummary{since: now, last: cur}
+}
+
+// summaryLine returns the summary of the events between two counts over
+// period, or false when nothing happened.
+func summaryLine(prev, cur eventCounts, period time.Duration) (hclog.Level, []any, bool) {
+	level := hclog.Info
+	args := []any{"period", period.Round(100 * time.Millisecond).String()}
+	for i, name := range routineEvents {
+		n := cur[i] - prev[i]
+		if n == 0 {
+			continue
+		}
+		args = append(args, name, n)
+		if name == "timeout_no_worker" {
+			level = hclog.Warn
 		}
 	}
-	return ClientInfo{Key: key}
+	return level, args, len(args) > 2
 }

@@ -56,23 +56,6 @@ func deathReason(m spawn.Exited, killedFor string) string {
 	return DeathExit
 }
 
-// DeathCount is the number of worker deaths of one reason and signal.
-type DeathCount struct {
-	Reason string
-	// Signal is the signal's name ("SIGSYS"), or "none" for an exit.
-	Signal string
-	N      uint64
-}
-
-// DeathsByReason sums s.Deaths by reason.
-func (s Snapshot) DeathsByReason() map[string]uint64 {
-	m := map[string]uint64{}
-	for _, d := range s.Deaths {
-		m[d.Reason] += d.N
-	}
-	return m
-}
-
 func signalName(sig syscall.Signal) string {
 	if sig == 0 {
 		return "none"

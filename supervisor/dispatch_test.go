@@ -14,6 +14,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // TestAdmission: the caps applied at accept, before a byte is read. Each
@@ -77,7 +78,7 @@ func TestAdmission(t *testing.T) {
 				// so ages differ (well under the first-byte timeout).
 				h.clock.add(time.Millisecond)
 				conns[i] = h.dial(from)
-				h.waitFor(fmt.Sprintf("connection %d admitted or refused", i), func(s Snapshot) bool {
+				h.waitFor(fmt.Sprintf("connection %d admitted or refused", i), func(s view.Snapshot) bool {
 					return s.Counters["accepted"]+s.Counters["refused_per_client"] == uint64(i+1)
 				})
 			}
@@ -149,7 +150,7 @@ func TestDispatchBounds(t *testing.T) {
 			for i, c := range tc.conns {
 				h.send(h.dial(c.from))
 				if c.after >= 0 {
-					h.waitFor(fmt.Sprintf("connection %d waiting", i), func(s Snapshot) bool { return s.Conns["waiting"] == 1 })
+					h.waitFor(fmt.Sprintf("connection %d waiting", i), func(s view.Snapshot) bool { return s.Conns["waiting"] == 1 })
 					// Every worker hears that a connection waits (its hot
 					// connections go back), and gets nothing else.
 					for _, p := range workers {
@@ -285,7 +286,7 @@ func TestDoneValidation(t *testing.T) {
 				if err := p.Done(tc.first); err != nil {
 					t.Fatal(err)
 				}
-				h.waitFor("parked", func(s Snapshot) bool { return s.Conns["idle"] == 1 })
+				h.waitFor("parked", func(s view.Snapshot) bool { return s.Conns["idle"] == 1 })
 				h.send(c)
 				d = h.dispatched(p)
 				if d.GetRequests() != tc.first.GetRequests() {
@@ -307,13 +308,13 @@ func TestDoneValidation(t *testing.T) {
 				if _, closed := closedByPeer(c); !closed {
 					t.Error("the connection the killed worker held is still open")
 				}
-				s := h.waitFor("kill counted", func(s Snapshot) bool { return s.Counters["worker_kills"] == 1 })
+				s := h.waitFor("kill counted", func(s view.Snapshot) bool { return s.Counters["worker_kills"] == 1 })
 				if s.AtWorkers != 0 || len(s.Conns) != 0 {
 					t.Errorf("after the kill: %d at workers, connections %v; want none", s.AtWorkers, s.Conns)
 				}
 				return
 			}
-			s := h.waitFor("Done handled", func(s Snapshot) bool { return s.AtWorkers == 0 })
+			s := h.waitFor("Done handled", func(s view.Snapshot) bool { return s.AtWorkers == 0 })
 			if got := s.Counters["worker_kills"]; got != 0 {
 				t.Fatalf("worker_kills = %d for a valid Done", got)
 			}
@@ -352,7 +353,7 @@ func TestTimers(t *testing.T) {
 			name: "first byte", extra: "limits {\n first_byte_timeout = \"2s\"\n}",
 			setup: func(h *loopHarness) *net.TCPConn {
 				c := h.dial("127.0.0.2")
-				h.waitFor("accepted", func(s Snapshot) bool { return s.Conns["fresh"] == 1 })
+				h.waitFor("accepted", func(s view.Snapshot) bool { return s.Conns["fresh"] == 1 })
 				return c
 			},
 			state: "fresh", before: 1900 * time.Millisecond, after: 200 * time.Millisecond, counter: "timeout_first_byte",
@@ -366,7 +367,7 @@ func TestTimers(t *testing.T) {
 				if err := h.workers[0].Done(done(d.GetConnId(), 1, proto.Disposition_KEEP_ALIVE)); err != nil {
 					h.t.Fatal(err)
 				}
-				h.waitFor("parked", func(s Snapshot) bool { return s.Conns["idle"] == 1 })
+				h.waitFor("parked", func(s view.Snapshot) bool { return s.Conns["idle"] == 1 })
 				return c
 			},
 			state: "idle", before: 2900 * time.Millisecond, after: 200 * time.Millisecond, counter: "timeout_idle",
@@ -379,7 +380,7 @@ func TestTimers(t *testing.T) {
 				h.dispatched(h.workers[0])
 				c := h.dial("127.0.0.3")
 				h.send(c)
-				h.waitFor("waiting", func(s Snapshot) bool { return s.Conns["waiting"] == 1 })
+				h.waitFor("waiting", func(s view.Snapshot) bool { return s.Conns["waiting"] == 1 })
 				return c
 			},
 			state: "waiting", before: 1900 * time.Millisecond, after: 200 * time.Millisecond, counter: "timeout_no_worker",
@@ -394,7 +395,7 @@ func TestTimers(t *testing.T) {
 				if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n")); err != nil {
 					h.t.Fatal(err)
 				}
-				h.waitFor("head held", func(s Snapshot) bool { return s.Conns["head"] == 1 && s.HeadBytes > 0 })
+				h.waitFor("head held", func(s view.Snapshot) bool { return s.Conns["head"] == 1 && s.HeadBytes > 0 })
 				return c
 			},
 			state: "head", before: 4900 * time.Millisecond, after: 200 * time.Millisecond, counter: "timeout_head_gap",
@@ -440,7 +441,7 @@ func TestStressMode(t *testing.T) {
 	h := startLoop(t, baseConfig(1, 8, "limits {\n max_queued_connections = 4\n}"))
 	for i := 0; i < 6; i++ {
 		h.dial("127.0.0.2")
-		h.waitFor(fmt.Sprintf("connection %d admitted", i), func(s Snapshot) bool { return s.Counters["accepted"] == uint64(i+1) })
+		h.waitFor(fmt.Sprintf("connection %d admitted", i), func(s view.Snapshot) bool { return s.Counters["accepted"] == uint64(i+1) })
 	}
 	s := h.snapshot()
 	if s.Stress || s.Counters["incomplete_evicted"] != 2 {

@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -245,7 +246,7 @@ func (h *loopHarness) noFrame(p *fakeProc) {
 // snapshot is a copy of the loop's state, taken after its invariants are
 // checked (invariants_test.go): every test that looks at the loop's state
 // checks them too.
-func (h *loopHarness) snapshot() Snapshot {
+func (h *loopHarness) snapshot() view.Snapshot {
 	h.t.Helper()
 	h.checkInvariants()
 	ctx, cancel := context.WithTimeout(context.Background(), frameWait)
@@ -270,7 +271,7 @@ func (h *loopHarness) advance(d time.Duration) {
 }
 
 // waitFor polls the loop's state until cond holds, at most frameWait.
-func (h *loopHarness) waitFor(what string, cond func(Snapshot) bool) Snapshot {
+func (h *loopHarness) waitFor(what string, cond func(view.Snapshot) bool) view.Snapshot {
 	h.t.Helper()
 	for deadline := time.Now().Add(frameWait); ; {
 		s := h.snapshot()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -102,7 +103,7 @@ func TestStreamThenBodyStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.killed(p, "BodyStart on a stream")
-	s := h.waitFor("the kill settled", func(s Snapshot) bool { return s.Counters["worker_kills"] == 1 })
+	s := h.waitFor("the kill settled", func(s view.Snapshot) bool { return s.Counters["worker_kills"] == 1 })
 	if s.AtWorkers != 0 || s.Streams != 0 || s.Upgrades != 0 || s.BodyConns != 0 {
 		t.Fatalf("after the kill: %d at workers, %d streams, %d upgrades, %d bodies; want all 0",
 			s.AtWorkers, s.Streams, s.Upgrades, s.BodyConns)

@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 )
 
@@ -238,11 +239,11 @@ func (d *dispatcher) storeState(m cluster.State, now time.Time) {
 }
 
 // clusterSnapshot adds the link's state and its counters to s.
-func (d *dispatcher) clusterSnapshot(s *Snapshot) {
+func (d *dispatcher) clusterSnapshot(s *view.Snapshot) {
 	if d.store == nil {
 		return
 	}
-	s.Cluster = &ClusterInfo{Instance: d.store.Instance(), Address: d.store.Address(), Up: d.storeUp, Since: d.storeSince, Error: d.storeErr, SharedTickets: d.tickets.shared}
+	s.Cluster = &view.ClusterInfo{Instance: d.store.Instance(), Address: d.store.Address(), Up: d.storeUp, Since: d.storeSince, Error: d.storeErr, SharedTickets: d.tickets.shared}
 	s.Counters["client_penalties_shared"] = d.penalties.Imported()
 	s.Counters["rate_store_decisions"] = d.c.rateStored
 	s.Counters["rate_store_timeouts"] = d.c.rateStoreTimeouts

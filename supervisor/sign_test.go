@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // tlsHarness is a loop whose TLS listener "https" holds the certificates
@@ -136,7 +137,7 @@ func (h *tlsHarness) refused(p *fakeProc, s *proto.Sign, held *net.TCPConn) {
 		h.t.Fatalf("signed: %v", r)
 	}
 	h.killed(p, "the Sign")
-	snap := h.waitFor("kill counted", func(s Snapshot) bool { return s.Counters["worker_kills"] == 1 })
+	snap := h.waitFor("kill counted", func(s view.Snapshot) bool { return s.Counters["worker_kills"] == 1 })
 	if len(snap.Penalties) != 0 {
 		h.t.Errorf("clients penalized: %v", snap.Penalties)
 	}
@@ -259,7 +260,7 @@ func TestSignOnlyDuringOwnHandshake(t *testing.T) {
 			if err := p.Done(keptDone(d.GetConnId(), 0)); err != nil {
 				h.t.Fatal(err)
 			}
-			h.waitFor("the connection kept", func(s Snapshot) bool { return s.AtWorkers == 0 })
+			h.waitFor("the connection kept", func(s view.Snapshot) bool { return s.AtWorkers == 0 })
 			return p, signFor(d, 0, crypto.SHA256, false), nc
 		}},
 		{"dispatched again after its handshake", func(h *tlsHarness) (*fakeProc, *proto.Sign, *net.TCPConn) {
@@ -267,7 +268,7 @@ func TestSignOnlyDuringOwnHandshake(t *testing.T) {
 			if err := p.Done(keptDone(d.GetConnId(), 0)); err != nil {
 				h.t.Fatal(err)
 			}
-			h.waitFor("the connection kept", func(s Snapshot) bool { return s.AtWorkers == 0 })
+			h.waitFor("the connection kept", func(s view.Snapshot) bool { return s.AtWorkers == 0 })
 			// An application data record: dispatched to its keeper.
 			if _, err := nc.Write([]byte{0x17, 3, 3, 0, 1, 0}); err != nil {
 				h.t.Fatal(err)
@@ -375,5 +376,5 @@ func TestSignPool(t *testing.T) {
 			t.Errorf("reply %d: %v", f.GetId(), err)
 		}
 	}
-	h.waitFor("the pool drained", func(s Snapshot) bool { return s.Counters["tls_signs"] == 3 })
+	h.waitFor("the pool drained", func(s view.Snapshot) bool { return s.Counters["tls_signs"] == 3 })
 }

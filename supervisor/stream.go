@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -61,7 +62,7 @@ func (d *dispatcher) streamStart(w *workerProc, id uint64, c *conn, upgrade bool
 }
 
 // streamSnapshot adds the stream budget's state to s.
-func (d *dispatcher) streamSnapshot(s *Snapshot) {
+func (d *dispatcher) streamSnapshot(s *view.Snapshot) {
 	s.Streams, s.Upgrades, s.StreamsMax = d.streamsOpen, d.upgradesOpen, d.cfg.Streams.Max
 	s.Counters["streams_started"] = d.streamsStarted
 	s.Counters["upgrades_started"] = d.upgradesStarted

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // streamStart sends StreamStart for conn from p and returns the reply's ok.
@@ -74,7 +75,7 @@ func TestStreamBudget(t *testing.T) {
 	if err := p.Done(d); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the stream released", func(s Snapshot) bool {
+	h.waitFor("the stream released", func(s view.Snapshot) bool {
 		return s.Streams == 0 && s.Conns["idle"] == 1 && s.Counters["handback_stream"] == 1
 	})
 	// StreamStart twice is a protocol violation; the kill releases the
@@ -87,7 +88,7 @@ func TestStreamBudget(t *testing.T) {
 	case <-time.After(frameWait):
 		t.Fatal("worker not killed for StreamStart twice")
 	}
-	h.waitFor("the upgrade released by the kill", func(s Snapshot) bool {
+	h.waitFor("the upgrade released by the kill", func(s view.Snapshot) bool {
 		return s.Upgrades == 0 && s.Streams == 0 && s.Counters["worker_kills"] == 1
 	})
 }
@@ -129,11 +130,12 @@ func TestConnsInFirstRequest(t *testing.T) {
 	if !h.streamStart(p, 1, da.GetConnId(), false) {
 		t.Fatal("stream refused")
 	}
-	s := h.waitFor("a fresh connection and one in its first request", func(s Snapshot) bool {
+	s := h.waitFor("a fresh connection and one in its first request", func(s view.Snapshot) bool {
 		return s.Conns["fresh"] == 1 && s.InFirstRequest == 1
 	})
-	c := connsOf(s)
-	if s.Queued != 1 || c.InFirstRequest != 1 || c.Queued != 1 || h.s.status(s).InFirstRequest != 1 {
+	v := view.Admin{Snap: s}
+	c := v.Conns()
+	if s.Queued != 1 || c.InFirstRequest != 1 || c.Queued != 1 || v.Status().InFirstRequest != 1 {
 		t.Fatalf("in a first request: snapshot %d, conns %+v", s.InFirstRequest, c)
 	}
 	d := done(da.GetConnId(), 1, proto.Disposition_KEEP_ALIVE)
@@ -141,5 +143,5 @@ func TestConnsInFirstRequest(t *testing.T) {
 	if err := p.Done(d); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the stream's first request done", func(s Snapshot) bool { return s.Queued == 1 && s.InFirstRequest == 0 && s.Conns["idle"] == 1 })
+	h.waitFor("the stream's first request done", func(s view.Snapshot) bool { return s.Queued == 1 && s.InFirstRequest == 0 && s.Conns["idle"] == 1 })
 }

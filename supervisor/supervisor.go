@@ -30,6 +30,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -332,20 +333,20 @@ func (s *Supervisor) post(m any) {
 func (s *Supervisor) wake() { s.poller.Wake() }
 
 // Snapshot asks the loop for a copy of its state.
-func (s *Supervisor) Snapshot(ctx context.Context) (Snapshot, error) {
-	reply := make(chan Snapshot, 1)
+func (s *Supervisor) Snapshot(ctx context.Context) (view.Snapshot, error) {
+	reply := make(chan view.Snapshot, 1)
 	select {
 	case s.msgs <- snapshotReq{reply: reply}:
 		s.wake()
 	case <-ctx.Done():
-		return Snapshot{}, ctx.Err()
+		return view.Snapshot{}, ctx.Err()
 	}
 	select {
 	case snap := <-reply:
-		snap.sortClients()
+		snap.SortClients()
 		return snap, nil
 	case <-ctx.Done():
-		return Snapshot{}, ctx.Err()
+		return view.Snapshot{}, ctx.Err()
 	}
 }
 
@@ -438,7 +439,7 @@ func sandboxPolicy(cfg *config.Config, worker string) (sandbox.Policy, error) {
 
 type stopMsg struct{}
 
-type snapshotReq struct{ reply chan Snapshot }
+type snapshotReq struct{ reply chan view.Snapshot }
 
 // loopFunc runs on the loop between two of its steps: how tests inspect the
 // loop's state (its invariants) without a lock.

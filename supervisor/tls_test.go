@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // writeKeyPair writes a self-signed certificate and its key for name under
@@ -158,7 +159,7 @@ listener "https" {
 	if err := w0.Done(keptDone(idA, 1)); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("worker 0 keeping one TLS connection", func(s Snapshot) bool {
+	h.waitFor("worker 0 keeping one TLS connection", func(s view.Snapshot) bool {
 		return s.Workers[0].TLS == 1 && s.AtWorkers == 0
 	})
 	// Worker 0 ends with more free slots than worker 1.
@@ -171,7 +172,7 @@ listener "https" {
 	if err := w0.Done(done(idB, 1, proto.Disposition_CLOSE)); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("worker 0 free", func(s Snapshot) bool { return s.Workers[0].Active == 0 && s.Workers[1].Active == 1 })
+	h.waitFor("worker 0 free", func(s view.Snapshot) bool { return s.Workers[0].Active == 0 && s.Workers[1].Active == 1 })
 
 	dialTLS("127.0.0.5")
 	idD := at(w1, "the TLS connection over worker 0's cap")
@@ -183,5 +184,5 @@ listener "https" {
 	}
 	a.Close()
 	h.forgotten(w0, idA)
-	h.waitFor("no TLS state held", func(s Snapshot) bool { return s.Workers[0].TLS == 0 && s.Workers[1].TLS == 0 })
+	h.waitFor("no TLS state held", func(s view.Snapshot) bool { return s.Workers[0].TLS == 0 && s.Workers[1].TLS == 0 })
 }

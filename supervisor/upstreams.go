@@ -5,6 +5,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // upWorker is a worker process as the upstream broker sees it: the loop's
@@ -51,14 +52,14 @@ func (u upWorker) Reclaim(name string) {
 }
 
 // upstreamInfo reports every upstream's budget and addresses, by name.
-func (d *dispatcher) upstreamInfo(now time.Time) []UpstreamInfo {
+func (d *dispatcher) upstreamInfo(now time.Time) []view.UpstreamInfo {
 	info := d.upstreams.Info(now)
-	out := make([]UpstreamInfo, 0, len(info))
+	out := make([]view.UpstreamInfo, 0, len(info))
 	for _, u := range info {
-		ui := UpstreamInfo{Name: u.Name, MaxConnections: u.MaxConnections, Share: u.Share, Held: u.Held, Dialing: u.Dialing,
+		ui := view.UpstreamInfo{Name: u.Name, MaxConnections: u.MaxConnections, Share: u.Share, Held: u.Held, Dialing: u.Dialing,
 			Waiting: u.Waiting, Reclaims: u.Reclaims, ShareRefused: u.ShareRefused}
 		for _, a := range u.Addresses {
-			ui.Addresses = append(ui.Addresses, AddressInfo(a))
+			ui.Addresses = append(ui.Addresses, view.AddressInfo(a))
 		}
 		out = append(out, ui)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,14 +81,14 @@ workers {
 	if liar == nil {
 		t.Fatal("no client landed on the liar")
 	}
-	h.waitFor("the liar's claim counted", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].Kept == 1 })
+	h.waitFor("the liar's claim counted", 10*time.Second, func(s view.Snapshot) bool { return s.Workers[0].Kept == 1 })
 	fmt.Fprint(liar.c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
 	liar.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if resp, _, err := readResponse(bufio.NewReader(liar.c), "GET"); err == nil {
 		t.Fatalf("answered %d through a copy the liar does not hold", resp.StatusCode)
 	}
 	h.waitLog("hostile: dispatched without a descriptor", 10*time.Second)
-	s := h.waitFor("the connection closed", 10*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("the connection closed", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Workers[0].Kept == 0 && s.AtWorkers == 0
 	})
 	if s.Counters["worker_kills"] != 0 || s.Counters["affinity"] != 1 {

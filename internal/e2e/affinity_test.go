@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // Affinity (docs/DESIGN.md §2.7): a worker keeps its copy of a kept-alive
@@ -59,7 +59,7 @@ func serverInode(t *testing.T, c net.Conn) string {
 
 // holders returns the slots of the workers whose process holds a descriptor
 // of the socket inode.
-func holders(t *testing.T, s supervisor.Snapshot, inode string) []int {
+func holders(t *testing.T, s view.Snapshot, inode string) []int {
 	t.Helper()
 	var out []int
 	for _, w := range s.Workers {
@@ -95,7 +95,7 @@ func waitHolders(t *testing.T, h *harness, inode string, want ...int) {
 }
 
 // keptTotal is how many parked connections' copies the workers keep.
-func keptTotal(s supervisor.Snapshot) int {
+func keptTotal(s view.Snapshot) int {
 	n := 0
 	for _, w := range s.Workers {
 		n += w.Kept
@@ -105,9 +105,9 @@ func keptTotal(s supervisor.Snapshot) int {
 
 // parkedKept waits until the connection is parked with one kept copy, and
 // returns the snapshot and the keeper's slot.
-func parkedKept(t *testing.T, h *harness, inode string) (supervisor.Snapshot, int) {
+func parkedKept(t *testing.T, h *harness, inode string) (view.Snapshot, int) {
 	t.Helper()
-	s := h.waitFor("parked and kept", 10*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("parked and kept", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Conns["idle"] >= 1 && keptTotal(s) == 1
 	})
 	for _, w := range s.Workers {
@@ -153,7 +153,7 @@ func TestAffinityPlainKeepAlive(t *testing.T) {
 		t.Errorf("affinity_moves = %d, want 0", got)
 	}
 	cl.c.Close()
-	h.waitFor("closed and forgotten", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("closed and forgotten", 10*time.Second, func(s view.Snapshot) bool {
 		return len(s.Conns) == 0 && keptTotal(s) == 0
 	})
 	waitHolders(t, h, inode)
@@ -174,7 +174,7 @@ limits {
 	if err := expectClosed(cl.c, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("forgotten", 10*time.Second, func(s supervisor.Snapshot) bool { return keptTotal(s) == 0 && len(s.Conns) == 0 })
+	h.waitFor("forgotten", 10*time.Second, func(s view.Snapshot) bool { return keptTotal(s) == 0 && len(s.Conns) == 0 })
 	waitHolders(t, h, inode)
 }
 
@@ -190,7 +190,7 @@ func TestAffinityKeeperDeath(t *testing.T) {
 	if err := syscall.Kill(s.Workers[keeper].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the death counted", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the death counted", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Counters["worker_deaths"] == 1 && keptTotal(s) == 0
 	})
 	getOK(t, cl)
@@ -222,7 +222,7 @@ func TestAffinityReload(t *testing.T) {
 	if err := h.sup.Reload(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the workers replaced", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the workers replaced", 20*time.Second, func(s view.Snapshot) bool {
 		for _, w := range s.Workers {
 			if w.PID == oldPID || w.State != "ready" {
 				return false
@@ -294,7 +294,7 @@ route "/hold" {
 		defer c.Close()
 		fmt.Fprint(c, holdRequest)
 		holds = append(holds, c)
-		h.waitFor("held", 10*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == i+1 })
+		h.waitFor("held", 10*time.Second, func(s view.Snapshot) bool { return s.AtWorkers == i+1 })
 		if h.snapshot().Workers[keeper].Active == 1 {
 			break
 		}
@@ -306,7 +306,7 @@ route "/hold" {
 			t.Fatalf("the first hold: %v %v", resp, err)
 		}
 	}
-	h.waitFor("the other worker free", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the other worker free", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Workers[keeper].Active == 1 && s.Workers[1-keeper].Active == 0
 	})
 	getOK(t, cl)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 func openFDs(t *testing.T) int {
@@ -63,7 +63,7 @@ workers {
 		}(g)
 	}
 	wg.Wait()
-	s := h.waitFor("every churned connection to be closed", 30*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("every churned connection to be closed", 30*time.Second, func(s view.Snapshot) bool {
 		return len(s.Conns) == 0 && s.AtWorkers == 0
 	})
 	// Under a churn faster than two cores serve, admission may refuse some
@@ -85,7 +85,7 @@ workers {
 		t.Fatalf("after the churn: %v", err)
 	}
 	cl.c.Close()
-	h.waitFor("the check connection to close", 10*time.Second, func(s supervisor.Snapshot) bool { return len(s.Conns) == 0 })
+	h.waitFor("the check connection to close", 10*time.Second, func(s view.Snapshot) bool { return len(s.Conns) == 0 })
 	if after := openFDs(t); after != before {
 		t.Errorf("supervisor descriptors: %d before the churn, %d after", before, after)
 	}

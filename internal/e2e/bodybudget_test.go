@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // declaredOnly holds one connection from src that declares a body of n bytes
@@ -80,7 +80,7 @@ route "/" {
 	}
 	defer attack.Wait()
 	defer cancel()
-	h.waitFor("the attack's 256 bodies outside the pool", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the attack's 256 bodies outside the pool", 20*time.Second, func(s view.Snapshot) bool {
 		return s.BodyConns >= 256
 	})
 
@@ -88,7 +88,7 @@ route "/" {
 	req := fmt.Sprintf("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	failures := map[string]int{}
 	var ok int
-	var during supervisor.Snapshot
+	var during view.Snapshot
 	for i := range 100 {
 		status, err := upload("127.0.0.3", h.addr, req)
 		switch {
@@ -160,7 +160,7 @@ route "/" {
 	a := dialFrom(t, "127.0.0.5", h.addr)
 	defer a.Close()
 	a.Write([]byte(head("a") + part))
-	h.waitFor("the first body charged 640 KiB", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the first body charged 640 KiB", 20*time.Second, func(s view.Snapshot) bool {
 		return s.Client("127.0.0.5").BodyBytes == 640<<10
 	})
 	b := dialFrom(t, "127.0.0.5", h.addr)
@@ -170,7 +170,7 @@ route "/" {
 	if resp, _, err := readResponse(bufio.NewReader(b), "POST"); err != nil || resp.StatusCode != 503 {
 		t.Fatalf("the second body: %v %v, want 503", resp, err)
 	}
-	h.waitFor("the refused body gone", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the refused body gone", 20*time.Second, func(s view.Snapshot) bool {
 		c := s.Client("127.0.0.5")
 		return c.BodyConns == 1 && c.BodyBytes == 640<<10
 	})

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -88,9 +88,9 @@ cluster {
 }
 
 // storeUp waits until h's link to the store is up (or down, want false).
-func (h *harness) storeUp(want bool) supervisor.Snapshot {
+func (h *harness) storeUp(want bool) view.Snapshot {
 	h.t.Helper()
-	return h.waitFor(fmt.Sprintf("cluster store up=%v", want), 20*time.Second, func(s supervisor.Snapshot) bool {
+	return h.waitFor(fmt.Sprintf("cluster store up=%v", want), 20*time.Second, func(s view.Snapshot) bool {
 		return s.Cluster != nil && s.Cluster.Up == want
 	})
 }
@@ -137,7 +137,7 @@ func TestClusterPenalty(t *testing.T) {
 	if pa <= 0 {
 		t.Fatal("not penalized on A after 3 deaths")
 	}
-	s := b.waitFor("the penalty shared with B", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
+	s := b.waitFor("the penalty shared with B", 10*time.Second, func(s view.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
 	if pb := s.Client("127.0.0.2").Penalty; pb > pa+time.Second {
 		t.Errorf("B refuses for %v, longer than what remains on A (%v)", pb, pa)
 	}
@@ -160,7 +160,7 @@ func TestClusterPenalty(t *testing.T) {
 	r.start()
 	a.storeUp(true)
 	c := start(t, attackConfig+clusterBlock(r, "c", ""))
-	c.waitFor("the penalty re-shared after the store restarted", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
+	c.waitFor("the penalty re-shared after the store restarted", 10*time.Second, func(s view.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
 }
 
 // The store killed in the middle of load: no request fails, every instance

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // startTLSInstance starts an instance with a TLS listener serving cert,
@@ -40,7 +40,7 @@ listener "https" {
 %s`, cert.cert, cert.key, sandboxConfig(docRoot(t)), cluster))
 	s.tlsAddr = s.sup.Addrs()[1].String()
 	if secret != "" {
-		s.waitFor("the shared ticket keys", 20*time.Second, func(s supervisor.Snapshot) bool {
+		s.waitFor("the shared ticket keys", 20*time.Second, func(s view.Snapshot) bool {
 			return s.Cluster != nil && s.Cluster.SharedTickets
 		})
 	}
@@ -74,7 +74,7 @@ func TestClusterTLSResumption(t *testing.T) {
 		if !get(t, b.tlsAddr, cfg, "default.test") {
 			t.Errorf("TLS %x: a session from instance A did not resume on B", v)
 		}
-		if got := counter(t, b.waitFor("B's connection back", 10*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 0 }), "tls_signs"); got != signs {
+		if got := counter(t, b.waitFor("B's connection back", 10*time.Second, func(s view.Snapshot) bool { return s.AtWorkers == 0 }), "tls_signs"); got != signs {
 			t.Errorf("TLS %x: the resumption on B cost %d signatures", v, got-signs)
 		}
 	}

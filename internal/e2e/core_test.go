@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 func TestKeepAliveOneConnection(t *testing.T) {
@@ -38,7 +38,7 @@ func TestKeepAliveOneConnection(t *testing.T) {
 			t.Errorf("request %d: body %q", i, body)
 		}
 	}
-	s := h.waitFor("three requests counted", 10*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("three requests counted", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Counters["requests"] >= 3
 	})
 	if got := s.Counters["accepted"]; got != 1 {
@@ -175,7 +175,7 @@ route "/hold" {
 		}
 	}
 	stall("127.0.0.2", 8)
-	s := h.waitFor("127.0.0.2 to hold its share with 6 waiting", 10*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("127.0.0.2 to hold its share with 6 waiting", 10*time.Second, func(s view.Snapshot) bool {
 		c := s.Client("127.0.0.2")
 		return c.Out == 2 && c.Waiting == 6
 	})
@@ -193,7 +193,7 @@ route "/hold" {
 		t.Fatalf("127.0.0.2 holds %d slots, over its share of 2", got)
 	}
 	stall("127.0.0.4", 5)
-	h.waitFor("trusted proxy 127.0.0.4 to hold 5 slots", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("trusted proxy 127.0.0.4 to hold 5 slots", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Client("127.0.0.4").Out == 5
 	})
 	cl := newClient(t, "127.0.0.3", h.addr)
@@ -242,7 +242,7 @@ workers {
 	}
 	// A lane reads its last response before the worker's Done reaches the
 	// supervisor, so wait for the count rather than race it.
-	s := h.waitFor("every request counted", 10*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("every request counted", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Counters["requests"] == total
 	})
 	if got := s.Client("127.0.0.2").Waits; got != 0 {
@@ -346,7 +346,7 @@ workers {
 	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	s := h.waitFor("the killed worker to be replaced", 15*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("the killed worker to be replaced", 15*time.Second, func(s view.Snapshot) bool {
 		w := s.Workers[0]
 		return w.Restarts >= 1 && w.State == "ready" && w.PID != victim.PID
 	})
@@ -365,7 +365,7 @@ workers {
 		t.Errorf("the death was not logged with its signal:\n%s", h.logs.String())
 	}
 	// No connection is left recorded at the dead worker.
-	h.waitFor("no connection at workers", 10*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 0 })
+	h.waitFor("no connection at workers", 10*time.Second, func(s view.Snapshot) bool { return s.AtWorkers == 0 })
 }
 
 // Listeners on IPv6 serve too, and IPv6 clients are keyed by their /64.
@@ -385,7 +385,7 @@ listener "v6" {
 	if resp, _, err := cl.get("/ok"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("request over IPv6: %v", err)
 	}
-	s := h.waitFor("the IPv6 client", 10*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("the IPv6 client", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Client("::").Conns == 1 // ::1 masked to its /64
 	})
 	if len(s.Listeners) != 2 {

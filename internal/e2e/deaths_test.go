@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // A worker dies only for a real violation by code inside it, never because
@@ -66,7 +66,7 @@ func (h *harness) checkDeaths() {
 	}
 }
 
-func deathList(s supervisor.Snapshot) string {
+func deathList(s view.Snapshot) string {
 	var parts []string
 	for _, d := range s.Deaths {
 		parts = append(parts, fmt.Sprintf("%s/%s: %d", d.Reason, d.Signal, d.N))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -183,7 +184,7 @@ route "/c" {
 `
 }
 
-func (h *harness) snapshot() supervisor.Snapshot {
+func (h *harness) snapshot() view.Snapshot {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -195,7 +196,7 @@ func (h *harness) snapshot() supervisor.Snapshot {
 }
 
 // waitFor polls the supervisor's snapshot until cond holds, at most limit.
-func (h *harness) waitFor(what string, limit time.Duration, cond func(supervisor.Snapshot) bool) supervisor.Snapshot {
+func (h *harness) waitFor(what string, limit time.Duration, cond func(view.Snapshot) bool) view.Snapshot {
 	h.t.Helper()
 	deadline := time.Now().Add(limit)
 	for {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/gatehouse-dev/gatehouse/worker"
 	"golang.org/x/sys/unix"
 	pb "google.golang.org/protobuf/proto"
@@ -72,7 +72,7 @@ func TestHostileWorkerIsKilled(t *testing.T) {
 			h.expectDeaths(1)
 			// Killed before it served a request: respawn is throttled (a
 			// minute), not retried at once.
-			h.waitFor("the hostile worker to be killed and throttled", 20*time.Second, func(s supervisor.Snapshot) bool {
+			h.waitFor("the hostile worker to be killed and throttled", 20*time.Second, func(s view.Snapshot) bool {
 				return s.Workers[0].Restarts >= 1 && s.Workers[0].Backoff == time.Minute
 			})
 			cl := newClient(t, "127.0.0.1", h.addr)
@@ -108,7 +108,7 @@ workers {
   concurrency = 4
 }
 `, "hostile-worker", mode)
-	h.waitFor("the well-behaved worker", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the well-behaved worker", 20*time.Second, func(s view.Snapshot) bool {
 		return s.Workers[1].State == "ready"
 	})
 	return h

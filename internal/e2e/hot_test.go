@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // A worker keeps a connection hot after its response, and serves its next
@@ -35,7 +35,7 @@ log {
 			t.Fatalf("client a, request %d: %v", i, err)
 		}
 	}
-	s := h.waitFor("a's connection hot at the worker", 10*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("a's connection hot at the worker", 10*time.Second, func(s view.Snapshot) bool {
 		return s.AtWorkers == 1
 	})
 	if d := counter(t, s, "dispatches"); d != 1 {
@@ -89,7 +89,7 @@ log {
 	if resp, _, err := a.get("/ok"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("first request: %v", err)
 	}
-	h.waitFor("the connection parked after the hot window", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the connection parked after the hot window", 10*time.Second, func(s view.Snapshot) bool {
 		return s.AtWorkers == 0 && s.Counters["handback_hot_window"] == 1
 	})
 	for _, w := range h.snapshot().Workers {
@@ -222,7 +222,7 @@ log {
 		t.Fatalf("first request: %v", err)
 	}
 	fmt.Fprintf(a.c, "GET /ok HTTP/1.1\r\nHost: x\r\n")
-	h.waitFor("the partial head held by the dispatcher", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the partial head held by the dispatcher", 10*time.Second, func(s view.Snapshot) bool {
 		return s.AtWorkers == 0 && s.Counters["handback_partial_head"] == 1
 	})
 	fmt.Fprintf(a.c, "\r\n")

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 )
 
@@ -284,7 +284,7 @@ func logInt(tb testing.TB, line, key string) int {
 }
 
 // counter returns a snapshot counter, failing if the snapshot lacks it.
-func counter(tb testing.TB, s supervisor.Snapshot, key string) uint64 {
+func counter(tb testing.TB, s view.Snapshot, key string) uint64 {
 	tb.Helper()
 	v, ok := s.Counters[key]
 	if !ok {
@@ -308,11 +308,11 @@ func TestHostileWorkerRequestsAreKilled(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			h := startNoWait(t, requestConfig(acceptAndClose(t), ""), "hostile-worker", mode)
 			h.expectDeaths(1)
-			h.waitFor("the well-behaved worker", 20*time.Second, func(s supervisor.Snapshot) bool {
+			h.waitFor("the well-behaved worker", 20*time.Second, func(s view.Snapshot) bool {
 				return s.Workers[1].State == "ready"
 			})
 			loop := startClientLoop(t, h.addr, 2)
-			h.waitFor("the hostile worker to be killed and throttled", 20*time.Second, func(s supervisor.Snapshot) bool {
+			h.waitFor("the hostile worker to be killed and throttled", 20*time.Second, func(s view.Snapshot) bool {
 				return s.Workers[0].Restarts >= 1 && s.Workers[0].Backoff == time.Minute
 			})
 			// Keep the clients going a while after the kill.
@@ -360,7 +360,7 @@ limits {
   ipc_max_in_flight_requests = %d
 }
 `, inFlightCap)), "hostile-worker", "flood")
-	h.waitFor("the well-behaved worker", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the well-behaved worker", 20*time.Second, func(s view.Snapshot) bool {
 		return s.Workers[1].State == "ready"
 	})
 	runtime.GC()
@@ -383,7 +383,7 @@ limits {
 		smu     sync.Mutex
 		samples []sample
 	)
-	failures := func(s supervisor.Snapshot) uint64 {
+	failures := func(s view.Snapshot) uint64 {
 		return upstreamOf(t, s, hostileUpstream).Addresses[0].Failures
 	}
 	procBuf := make([]byte, 64<<10)
@@ -416,7 +416,7 @@ limits {
 	// worker's clients are served. Then the test lets it read.
 	h.waitLog("hostile: flood started", 20*time.Second)
 	stallStart := time.Now()
-	var stalled supervisor.Snapshot
+	var stalled view.Snapshot
 	for deadline := time.Now().Add(floodStallMax - time.Second); ; {
 		stalled = h.snapshot()
 		if upstreamOf(t, stalled, hostileUpstream).Dialing == inFlightCap && stalled.Counters["ipc_overloaded"] > 0 &&

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // warnOrError matches a line an operator is told to look at.
@@ -92,7 +92,7 @@ workers {
 	if err := h.sup.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("both old workers to exit and two new ones to be ready", 30*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("both old workers to exit and two new ones to be ready", 30*time.Second, func(s view.Snapshot) bool {
 		ready := 0
 		for _, w := range s.Workers {
 			for _, o := range old {
@@ -106,7 +106,7 @@ workers {
 		}
 		return ready == 2
 	})
-	h.waitFor("the old workers' exits to be logged", 10*time.Second, func(supervisor.Snapshot) bool {
+	h.waitFor("the old workers' exits to be logged", 10*time.Second, func(view.Snapshot) bool {
 		return strings.Count(h.logs.String(), "worker exited") >= len(old)
 	})
 	if w := warnOrError.FindAllString(h.logs.String()[started:], -1); len(w) > 0 {

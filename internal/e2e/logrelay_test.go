@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 	pb "google.golang.org/protobuf/proto"
 )
@@ -73,9 +73,9 @@ func TestWorkerOutputIsRelayedSafely(t *testing.T) {
 	h := startHostile(t, "loud")
 	relayed := regexp.MustCompile(`(?m)^\S+ \[\w+\] +gatehouse\.worker: worker=0 pid=(\d+) (msg|output)=`)
 	total := len(loudLines) + loudFlood
-	var s supervisor.Snapshot
+	var s view.Snapshot
 	var logs string
-	s = h.waitFor("every line of the loud worker relayed or dropped", 30*time.Second, func(s supervisor.Snapshot) bool {
+	s = h.waitFor("every line of the loud worker relayed or dropped", 30*time.Second, func(s view.Snapshot) bool {
 		logs = h.logs.String()
 		return len(relayed.FindAllString(logs, -1))+int(s.Counters["worker_log_lines_dropped"]) >= total
 	})
@@ -152,7 +152,7 @@ func forgedLayersWorker() int {
 func TestForgedSandboxLayersKillTheWorker(t *testing.T) {
 	h := startHostile(t, "forged-layers")
 	h.expectDeaths(1)
-	s := h.waitFor("the worker with forged layers to be killed", 20*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("the worker with forged layers to be killed", 20*time.Second, func(s view.Snapshot) bool {
 		return s.Counters["worker_kills"] >= 1
 	})
 	logs := h.logs.String()

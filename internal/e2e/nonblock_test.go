@@ -12,7 +12,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 )
 
@@ -172,7 +172,7 @@ workers {
 `
 	t.Run("linger", func(t *testing.T) {
 		h := startNoWait(t, config, "hostile-worker", "nonblock-clearer")
-		h.waitFor("the hostile worker", 20*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].State == "ready" })
+		h.waitFor("the hostile worker", 20*time.Second, func(s view.Snapshot) bool { return s.Workers[0].State == "ready" })
 		a := dialFrom(t, "127.0.0.2", h.addr)
 		defer a.Close()
 		a.SetDeadline(time.Now().Add(10 * time.Second))
@@ -182,7 +182,7 @@ workers {
 			t.Fatalf("the lingering client: %v %q %v", resp, body, err)
 		}
 		h.waitLog("hostile: lingering, O_NONBLOCK cleared", 10*time.Second)
-		h.waitFor("the connection lingering", 10*time.Second, func(s supervisor.Snapshot) bool {
+		h.waitFor("the connection lingering", 10*time.Second, func(s view.Snapshot) bool {
 			return s.AtWorkers == 0 && s.Conns["linger"] == 1
 		})
 		// One byte, then nothing: a blocking read for more never returns.
@@ -197,11 +197,11 @@ workers {
 		if err := expectClosed(a, 10*time.Second); err != nil {
 			t.Errorf("the lingering connection: %v", err)
 		}
-		h.waitFor("the connections closed", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Conns["linger"] == 0 })
+		h.waitFor("the connections closed", 10*time.Second, func(s view.Snapshot) bool { return s.Conns["linger"] == 0 })
 	})
 	t.Run("fill", func(t *testing.T) {
 		h := startNoWait(t, config, "hostile-worker", "nonblock-clearer")
-		h.waitFor("the hostile worker", 20*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].State == "ready" })
+		h.waitFor("the hostile worker", 20*time.Second, func(s view.Snapshot) bool { return s.Workers[0].State == "ready" })
 		// A small receive buffer keeps the fill small.
 		dl := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")},
 			Control: func(_, _ string, rc syscall.RawConn) error {
@@ -223,20 +223,20 @@ workers {
 		if !strings.Contains(line, "O_NONBLOCK cleared") {
 			t.Fatalf("the hostile worker: %s", line)
 		}
-		h.waitFor("the connection parked", 10*time.Second, func(s supervisor.Snapshot) bool {
+		h.waitFor("the connection parked", 10*time.Second, func(s view.Snapshot) bool {
 			return s.AtWorkers == 0 && s.Conns["idle"] == 1
 		})
 		// Part of a head, then silence: the gap's 408 meets a full
 		// send buffer the client never drains.
 		fmt.Fprint(a, "GET /ok HTTP/1.1\r\n")
-		h.waitFor("the head's gap to pass", 20*time.Second, func(s supervisor.Snapshot) bool {
+		h.waitFor("the head's gap to pass", 20*time.Second, func(s view.Snapshot) bool {
 			return s.Counters["timeout_head_gap"] == 1
 		})
 		b := newClient(t, "127.0.0.3", h.addr)
 		if resp, body, err := b.get("/ok"); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("another client after the 408: %v %q %v", resp, body, err)
 		}
-		h.waitFor("the connections closed", 10*time.Second, func(s supervisor.Snapshot) bool {
+		h.waitFor("the connections closed", 10*time.Second, func(s view.Snapshot) bool {
 			return s.Conns["linger"] == 0 && s.Conns["head"] == 0
 		})
 	})

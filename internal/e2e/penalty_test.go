@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -47,9 +47,9 @@ func attackKills(t *testing.T, h *harness, src string, i int) {
 }
 
 // deathsReach waits until the supervisor counted n worker deaths.
-func (h *harness) deathsReach(n uint64) supervisor.Snapshot {
+func (h *harness) deathsReach(n uint64) view.Snapshot {
 	h.t.Helper()
-	return h.waitFor(fmt.Sprintf("%d worker deaths", n), 20*time.Second, func(s supervisor.Snapshot) bool {
+	return h.waitFor(fmt.Sprintf("%d worker deaths", n), 20*time.Second, func(s view.Snapshot) bool {
 		return s.Counters["worker_deaths"] >= n
 	})
 }
@@ -155,7 +155,7 @@ limits {
 	}
 
 	// Over: served again.
-	h.waitFor("the penalty to end", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the penalty to end", 20*time.Second, func(s view.Snapshot) bool {
 		return s.Client("127.0.0.2").Penalty == 0
 	})
 	cl := newClient(t, "127.0.0.2", h.addr)

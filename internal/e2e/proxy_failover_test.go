@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // Passive health, failover and the connection budget counting what is in
@@ -69,7 +69,7 @@ func (u *closingUpstream) stop() {
 func (u *closingUpstream) restart(tb testing.TB) { u.listen(tb, u.addr) }
 
 // upstreamOf returns the named upstream of a snapshot.
-func upstreamOf(tb testing.TB, s supervisor.Snapshot, name string) supervisor.UpstreamInfo {
+func upstreamOf(tb testing.TB, s view.Snapshot, name string) view.UpstreamInfo {
 	tb.Helper()
 	for _, u := range s.Upstreams {
 		if u.Name == name {
@@ -77,10 +77,10 @@ func upstreamOf(tb testing.TB, s supervisor.Snapshot, name string) supervisor.Up
 		}
 	}
 	tb.Fatalf("snapshot has no upstream %q", name)
-	return supervisor.UpstreamInfo{}
+	return view.UpstreamInfo{}
 }
 
-func addressOf(tb testing.TB, u supervisor.UpstreamInfo, addr string) supervisor.AddressInfo {
+func addressOf(tb testing.TB, u view.UpstreamInfo, addr string) view.AddressInfo {
 	tb.Helper()
 	for _, a := range u.Addresses {
 		if a.Address == addr {
@@ -88,7 +88,7 @@ func addressOf(tb testing.TB, u supervisor.UpstreamInfo, addr string) supervisor
 		}
 	}
 	tb.Fatalf("upstream %s has no address %s", u.Name, addr)
-	return supervisor.AddressInfo{}
+	return view.AddressInfo{}
 }
 
 // Three addresses, one killed mid-test: every request is answered 200; the
@@ -278,7 +278,7 @@ route "/ok" {
 		t.Fatalf("first request: %v", err)
 	}
 	// The worker's Done may reach the supervisor after the response.
-	s := h.waitFor("the first request's Done", 5*time.Second, func(s supervisor.Snapshot) bool {
+	s := h.waitFor("the first request's Done", 5*time.Second, func(s view.Snapshot) bool {
 		return s.Workers[0].Served+s.Workers[1].Served == 1
 	})
 	if s.Workers[0].Served != 1 || upstreamOf(t, s, "echo").Held != 1 {
@@ -289,14 +289,14 @@ route "/ok" {
 	slow := dialFrom(t, "127.0.0.3", h.addr)
 	defer slow.Close()
 	fmt.Fprint(slow, "POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx")
-	h.waitFor("worker 0 busy", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].Active == 1 })
+	h.waitFor("worker 0 busy", 10*time.Second, func(s view.Snapshot) bool { return s.Workers[0].Active == 1 })
 
 	cl2 := newClient(t, "127.0.0.4", h.addr)
 	resp, body, err := cl2.get("/echo/second")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("request on worker 1 with worker 0's connection idle: %v %v %q, want 200", err, resp, body)
 	}
-	s = h.waitFor("the second request's Done", 5*time.Second, func(s supervisor.Snapshot) bool {
+	s = h.waitFor("the second request's Done", 5*time.Second, func(s view.Snapshot) bool {
 		return s.Workers[0].Served+s.Workers[1].Served == 2
 	})
 	u := upstreamOf(t, s, "echo")
@@ -313,11 +313,11 @@ route "/ok" {
 	if resp, _, err := readResponse(bufio.NewReader(slow), "POST"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("the slow POST: %v", err)
 	}
-	h.waitFor("both workers idle", 5*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 0 })
+	h.waitFor("both workers idle", 5*time.Second, func(s view.Snapshot) bool { return s.AtWorkers == 0 })
 	streaming := dialFrom(t, "127.0.0.5", h.addr)
 	defer streaming.Close()
 	fmt.Fprint(streaming, "POST /echo/stream HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
-	h.waitFor("worker 0 streaming upstream", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("worker 0 streaming upstream", 10*time.Second, func(s view.Snapshot) bool {
 		u := upstreamOf(t, s, "echo")
 		return s.Workers[0].Active == 1 && u.Reclaims == 2 && u.Held == 1
 	})
@@ -379,7 +379,7 @@ route "/hc/" {
 	state := func() string {
 		return addressOf(t, upstreamOf(t, h.snapshot(), "hc"), sick).State
 	}
-	h.waitFor("the failing address out of rotation", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the failing address out of rotation", 10*time.Second, func(s view.Snapshot) bool {
 		return addressOf(t, upstreamOf(t, s, "hc"), sick).State == "check-failed"
 	})
 	cl := newClient(t, "127.0.0.2", h.addr)
@@ -392,7 +392,7 @@ route "/hc/" {
 		t.Errorf("the address failing its health check served %d requests", n)
 	}
 	healthy.Store(true)
-	h.waitFor("the address back after a passing check", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the address back after a passing check", 10*time.Second, func(s view.Snapshot) bool {
 		return addressOf(t, upstreamOf(t, s, "hc"), sick).State == "up"
 	})
 	for i := 0; i < 20; i++ {

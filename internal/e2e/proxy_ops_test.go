@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // What an operator relies on from the proxy beyond its basics (issue 17):
@@ -315,7 +315,7 @@ func TestProxyOperator(t *testing.T) {
 			}
 		}
 		// The worker slots are free again.
-		h.waitFor("no connection at a worker", 5*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 0 })
+		h.waitFor("no connection at a worker", 5*time.Second, func(s view.Snapshot) bool { return s.AtWorkers == 0 })
 		cl := newClient(t, "127.0.0.3", h.addr)
 		if resp, _, err := cl.get("/ok"); err != nil || resp.StatusCode != 200 {
 			t.Errorf("a request after the stalls: %v", err)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // proxyV2 is a PROXY protocol v2 header for a TCP over IPv4 connection from
@@ -92,11 +92,11 @@ route "/stream" {
 	// handler, holds her one slot, so her next request waits; bob's,
 	// through the same balancer (in v1 text this time), is answered at once.
 	hold := via(alice, false, "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx")
-	h.waitFor("alice's slow body at a worker", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("alice's slow body at a worker", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Client("192.0.2.1").Out == 1
 	})
 	queued := via(alice, true, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
-	h.waitFor("alice's second request waiting for her share", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("alice's second request waiting for her share", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Client("192.0.2.1").Waiting == 1
 	})
 	b := via(bob, true, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")

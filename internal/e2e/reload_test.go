@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // reloadConfig is a whole configuration for the reload test: workers, a
@@ -44,8 +44,8 @@ route "/r" {
 
 // settled reports whether exactly n workers are ready and none is starting,
 // draining or retiring.
-func settled(n int) func(supervisor.Snapshot) bool {
-	return func(s supervisor.Snapshot) bool {
+func settled(n int) func(view.Snapshot) bool {
+	return func(s view.Snapshot) bool {
 		if len(s.Workers) != n {
 			return false
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,7 +124,7 @@ limits {
   keep_alive_idle_timeout = "1s"
 }
 `, "hostile-worker", "dup-keeper")
-	h.waitFor("the dup-keeper ready", 20*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].State == "ready" })
+	h.waitFor("the dup-keeper ready", 20*time.Second, func(s view.Snapshot) bool { return s.Workers[0].State == "ready" })
 	c := dialFrom(t, "127.0.0.2", h.addr)
 	defer c.Close()
 	fmt.Fprintf(c, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -165,7 +165,7 @@ limits {
 }
 `, "hostile-worker", "dup-keeper")
 	h.expectDeaths(1) // the kill at the drain deadline
-	h.waitFor("the dup-keeper ready", 20*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].State == "ready" })
+	h.waitFor("the dup-keeper ready", 20*time.Second, func(s view.Snapshot) bool { return s.Workers[0].State == "ready" })
 	hostilePID := h.snapshot().Workers[0].PID
 	c := dialFrom(t, "127.0.0.3", h.addr)
 	defer c.Close()
@@ -175,7 +175,7 @@ limits {
 		t.Fatalf("first response: %v %q %v", resp, body, err)
 	}
 	waitLog(t, h, "did not exit within shutdown_grace after Drain", 20*time.Second)
-	h.waitFor("the recycled worker reaped and its replacement ready", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the recycled worker reaped and its replacement ready", 20*time.Second, func(s view.Snapshot) bool {
 		return len(s.Workers) == 1 && s.Workers[0].PID != hostilePID && s.Workers[0].State == "ready"
 	})
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", hostilePID)); err == nil {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 )
 
@@ -138,8 +138,8 @@ func TestSandboxLiveWorker(t *testing.T) {
 	c := dialFrom(t, "127.0.0.2", h.addr)
 	defer c.Close()
 	fmt.Fprint(c, holdRequest)
-	s := h.waitFor("a connection at a worker", 10*time.Second, func(s supervisor.Snapshot) bool { return s.AtWorkers == 1 })
-	var w supervisor.WorkerInfo
+	s := h.waitFor("a connection at a worker", 10*time.Second, func(s view.Snapshot) bool { return s.AtWorkers == 1 })
+	var w view.WorkerInfo
 	for _, wi := range s.Workers {
 		if wi.Active == 1 {
 			w = wi
@@ -314,7 +314,7 @@ func TestSandboxAttacks(t *testing.T) {
 			switch {
 			case killed:
 				h.expectDeaths(1)
-				s := h.waitFor("the killed worker's replacement", 20*time.Second, func(s supervisor.Snapshot) bool {
+				s := h.waitFor("the killed worker's replacement", 20*time.Second, func(s view.Snapshot) bool {
 					return s.Counters["worker_deaths"] > before.Counters["worker_deaths"] && settled(2)(s)
 				})
 				if !strings.Contains(h.logs.String(), "signal 31") {

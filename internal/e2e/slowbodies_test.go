@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // bodyUpstream is an HTTP server that records, for each request with a body,
@@ -135,7 +135,7 @@ route "/up/" {
 			slowBody(ctx, fmt.Sprintf("127.0.0.%d", 20+i%5), h.addr, "/up/slow", fmt.Sprintf("slow-%d", i), 1000000, true)
 		}(i)
 	}
-	h.waitFor("40 bodies received outside the pool", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("40 bodies received outside the pool", 20*time.Second, func(s view.Snapshot) bool {
 		return s.BodyConns >= 40
 	})
 	// A small slow body completes during the attack: it must reach the
@@ -204,7 +204,7 @@ route "/ok" {
 	c := dialFrom(t, "127.0.0.2", h.addr)
 	defer c.Close()
 	c.Write([]byte("POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx"))
-	h.waitFor("the streamed request at a worker", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the streamed request at a worker", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Client("127.0.0.2").Out == 1 && s.BodyConns == 0
 	})
 	b := dialFrom(t, "127.0.0.2", h.addr)
@@ -212,7 +212,7 @@ route "/ok" {
 	b.Write([]byte("POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx"))
 	// Its connection is charged; its bytes are not, not yet: one of the 10
 	// declared arrived, under a step of the worker's reports.
-	h.waitFor("the buffered request outside the pool", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the buffered request outside the pool", 10*time.Second, func(s view.Snapshot) bool {
 		c := s.Client("127.0.0.2")
 		return c.Out == 1 && s.BodyConns == 1 && s.BodyBytes == 0 && c.BodyConns == 1 && c.BodyBytes == 0
 	})

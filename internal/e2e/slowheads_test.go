@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // raiseNoFile raises the test process's descriptor limit to its hard limit:
@@ -189,7 +189,7 @@ func TestSlowHeadsDistributed(t *testing.T) {
 				close(attackDone)
 			}()
 			// Let the attack build up, then measure the legitimate client.
-			h.waitFor("the attack to hold 1000 connections", 20*time.Second, func(s supervisor.Snapshot) bool {
+			h.waitFor("the attack to hold 1000 connections", 20*time.Second, func(s view.Snapshot) bool {
 				return s.Conns["head"]+s.Conns["fresh"] >= 1000 || a.peak.Load() >= 3000
 			})
 			sent, answered, failures := legitLoad(h.addr, "127.0.0.3", 50, 12*time.Second, 3*time.Second)

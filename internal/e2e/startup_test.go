@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // A configuration on which no worker can start is an error, not a crash
@@ -291,7 +291,7 @@ route "/ok" {
 	if err := syscall.Kill(old.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("the replacement", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the replacement", 20*time.Second, func(s view.Snapshot) bool {
 		w := s.Workers[0]
 		return w.State == "ready" && w.PID != old.PID
 	})

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // Stream-class routes and the stream budget (docs/DESIGN.md §10; issue 14):
@@ -180,7 +180,7 @@ func TestStreamsLeaveThePool(t *testing.T) {
 	for _, c := range open {
 		c.Close()
 	}
-	h.waitFor("every stream released", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("every stream released", 20*time.Second, func(s view.Snapshot) bool {
 		return s.Streams == 0 && s.Upgrades == 0 && s.AtWorkers == 0
 	})
 }
@@ -204,7 +204,7 @@ func TestStreamBudget(t *testing.T) {
 		t.Fatalf("101st stream: status %d, Retry-After %q; want 503 with Retry-After", status, hdr.Get("Retry-After"))
 	}
 	open[0].Close()
-	h.waitFor("the closed stream released", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Streams == 99 })
+	h.waitFor("the closed stream released", 10*time.Second, func(s view.Snapshot) bool { return s.Streams == 99 })
 	if c, status, _ := openSSE(t, "127.0.0.20", h.addr); c == nil {
 		t.Fatalf("stream after one was released: status %d", status)
 	}

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // testCert is a self-signed certificate written for one test; its key file
@@ -309,7 +309,7 @@ func TestTLSPartialClientHello(t *testing.T) {
 		t.Errorf("dispatched after 7 bytes of a ClientHello")
 	}
 	c2.Write(hello[7:])
-	s.waitFor("the completed ClientHello dispatched", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("the completed ClientHello dispatched", 10*time.Second, func(snap view.Snapshot) bool {
 		return counter(t, snap, "dispatches") > counter(t, after, "dispatches")
 	})
 }
@@ -371,13 +371,13 @@ func TestTLSResumptionAcrossWorkers(t *testing.T) {
 			t.Fatalf("%s first connection:\n%s", version, out)
 		}
 		// Its Done may reach the supervisor after openssl got its answer.
-		signs := counter(t, s.waitFor("the first connection back", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		signs := counter(t, s.waitFor("the first connection back", 10*time.Second, func(snap view.Snapshot) bool {
 			return snap.AtWorkers == 0
 		}), "tls_signs")
 		// Hold a connection at worker 0, so the next goes to worker 1.
 		c := dialFrom(t, "127.0.0.2", s.addr)
 		fmt.Fprint(c, holdRequest)
-		snap := s.waitFor("a connection held", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 1 })
+		snap := s.waitFor("a connection held", 10*time.Second, func(snap view.Snapshot) bool { return snap.AtWorkers == 1 })
 		if snap.Workers[0].Active != 1 {
 			t.Fatalf("the held connection is not at the first worker: %+v", snap.Workers)
 		}
@@ -391,7 +391,7 @@ func TestTLSResumptionAcrossWorkers(t *testing.T) {
 		c.Write([]byte("x"))
 		readResponse(bufio.NewReader(c), "POST")
 		c.Close()
-		s.waitFor("the held connection back", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 0 })
+		s.waitFor("the held connection back", 10*time.Second, func(snap view.Snapshot) bool { return snap.AtWorkers == 0 })
 	}
 }
 
@@ -406,7 +406,7 @@ func TestTLSWorkerDeathClosesItsConnectionOnly(t *testing.T) {
 		c := tls.Client(raw, &tls.Config{ServerName: "default.test", InsecureSkipVerify: true})
 		defer c.Close()
 		fmt.Fprint(c, holdRequest)
-		s.waitFor("a TLS connection held", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == i+1 })
+		s.waitFor("a TLS connection held", 10*time.Second, func(snap view.Snapshot) bool { return snap.AtWorkers == i+1 })
 		conns = append(conns, c)
 	}
 	snap := s.snapshot()
@@ -416,7 +416,7 @@ func TestTLSWorkerDeathClosesItsConnectionOnly(t *testing.T) {
 	if err := syscall.Kill(snap.Workers[0].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor("the death counted", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["worker_deaths"] == 1 })
+	s.waitFor("the death counted", 10*time.Second, func(snap view.Snapshot) bool { return snap.Counters["worker_deaths"] == 1 })
 	served, closed := 0, 0
 	for _, c := range conns {
 		c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -449,7 +449,7 @@ func TestTLSKeepAliveParkedWithoutSlot(t *testing.T) {
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	br := bufio.NewReader(c)
 	parked := func(what string) {
-		s.waitFor(what, 10*time.Second, func(snap supervisor.Snapshot) bool {
+		s.waitFor(what, 10*time.Second, func(snap view.Snapshot) bool {
 			return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
 		})
 	}
@@ -508,7 +508,7 @@ func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 	s.expectDeaths(1)
 	// Both workers must be ready: the dispatcher picks the least busy
 	// ready worker, which is what places A and B on different workers.
-	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("both workers ready", 20*time.Second, func(snap view.Snapshot) bool {
 		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
 	})
 	dialTLS := func(src string) (*tls.Conn, *bufio.Reader) {
@@ -533,14 +533,14 @@ func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 	// The worker's Done may reach the supervisor after the answer reached
 	// us: until A is parked, worker 0 still counts it as active, and the
 	// hold below could land on worker 1.
-	s.waitFor("A parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("A parked", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
 	})
 	// B: kept by worker 1, while a streamed body holds worker 0.
 	hold := dialFrom(t, "127.0.0.4", s.addr)
 	defer hold.Close()
 	fmt.Fprint(hold, holdRequest)
-	if snap := s.waitFor("a connection held", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 1 }); snap.Workers[0].Active != 1 {
+	if snap := s.waitFor("a connection held", 10*time.Second, func(snap view.Snapshot) bool { return snap.AtWorkers == 1 }); snap.Workers[0].Active != 1 {
 		t.Fatalf("the held connection is not at worker 0: %+v", snap.Workers)
 	}
 	b, bbr := dialTLS("127.0.0.3")
@@ -553,13 +553,13 @@ func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 	if resp, _, err := readResponse(hbr, "POST"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("the held request: %v %v", resp, err)
 	}
-	snap := s.waitFor("all parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	snap := s.waitFor("all parked", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 0 && snap.Conns["idle"] == 3
 	})
 	if err := syscall.Kill(snap.Workers[0].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor("the death counted", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["worker_deaths"] == 1 })
+	s.waitFor("the death counted", 10*time.Second, func(snap view.Snapshot) bool { return snap.Counters["worker_deaths"] == 1 })
 	// The slot's count of TLS connections held starts again from none.
 	if snap := s.snapshot(); snap.Workers[0].TLS != 0 || snap.Workers[1].TLS != 1 {
 		t.Errorf("TLS connections held after the death: %d and %d, want 0 and 1", snap.Workers[0].TLS, snap.Workers[1].TLS)
@@ -583,7 +583,7 @@ func TestTLSWorkerDeathClosesItsKeptConnections(t *testing.T) {
 // them all and close the oldest two).
 func TestTLSIdleSessionsSpreadUnderCap(t *testing.T) {
 	s := startTLSWith(t, "  tls_max_idle_sessions = 2\n", "")
-	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("both workers ready", 20*time.Second, func(snap view.Snapshot) bool {
 		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
 	})
 	var conns []*tlsKeepAlive
@@ -592,7 +592,7 @@ func TestTLSIdleSessionsSpreadUnderCap(t *testing.T) {
 		if err := c.get(); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
-		s.waitFor(fmt.Sprintf("connection %d parked", i), 10*time.Second, func(snap supervisor.Snapshot) bool {
+		s.waitFor(fmt.Sprintf("connection %d parked", i), 10*time.Second, func(snap view.Snapshot) bool {
 			return snap.AtWorkers == 0 && snap.Conns["idle"] == i+1
 		})
 		conns = append(conns, c)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // tlsHotClient is a TLS client from src whose requests are checked to be
@@ -79,7 +79,7 @@ func TestTLSHotKeepAlive(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		c.get(fmt.Sprintf("request %d", i+1))
 	}
-	s.waitFor("the connection hot at its worker", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("the connection hot at its worker", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 1
 	})
 	if d := counter(t, s.snapshot(), "dispatches") - counter(t, before, "dispatches"); d != 1 {
@@ -87,7 +87,7 @@ func TestTLSHotKeepAlive(t *testing.T) {
 	}
 	// The close_notify ends the hot wait; the dispatch's Done counts.
 	c.c.Close()
-	after := s.waitFor("the closed connection gone", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	after := s.waitFor("the closed connection gone", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 0 && snap.Conns["idle"] == 0 && snap.Counters["requests"]-before.Counters["requests"] == 3
 	})
 	if d := counter(t, after, "dispatches") - counter(t, before, "dispatches"); d != 1 {
@@ -113,7 +113,7 @@ func TestTLSHotHandedBackUnderPressure(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		a.get(fmt.Sprintf("client a, request %d", i+1))
 	}
-	s.waitFor("a's connection hot at the worker", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("a's connection hot at the worker", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 1
 	})
 	if d := counter(t, s.snapshot(), "dispatches") - counter(t, before, "dispatches"); d != 1 {
@@ -153,7 +153,7 @@ func TestTLSHotRecordSplitAcrossWindow(t *testing.T) {
 	before := s.snapshot()
 	c := newTLSHotClient(t, "127.0.0.2", s.tlsAddr, 0)
 	c.get("request 1")
-	parked := s.waitFor("parked after request 1", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	parked := s.waitFor("parked after request 1", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
 	})
 	// Request 2's record and the first bytes of request 3's go in one
@@ -176,7 +176,7 @@ func TestTLSHotRecordSplitAcrossWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.read("request 2")
-	s.waitFor("handed back at the window's end with a partial record", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("handed back at the window's end with a partial record", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1 &&
 			snap.Counters["handback_hot_window"] > parked.Counters["handback_hot_window"]
 	})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // A TLS record that carries no plaintext (here a TLS 1.3 KeyUpdate, sent by
@@ -62,7 +62,7 @@ func TestTLSRecordWithoutPlaintextHoldsNoWorker(t *testing.T) {
 			}
 		}
 	}
-	parked := func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 0 && snap.Conns["idle"] == 1 }
+	parked := func(snap view.Snapshot) bool { return snap.AtWorkers == 0 && snap.Conns["idle"] == 1 }
 	// s_client sends each read of its input as it is, and takes one that
 	// starts with "k" as its KeyUpdate command.
 	const get = "GET /ok HTTP/1.1\r\nHost: default.test\r\n\r\n"
@@ -71,7 +71,7 @@ func TestTLSRecordWithoutPlaintextHoldsNoWorker(t *testing.T) {
 	before := counter(t, s.waitFor("the connection parked", 10*time.Second, parked), "dispatches")
 
 	io.WriteString(stdin, "k\n")
-	snap := s.waitFor("the KeyUpdate dispatched and handed back", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	snap := s.waitFor("the KeyUpdate dispatched and handed back", 20*time.Second, func(snap view.Snapshot) bool {
 		return parked(snap) && counter(t, snap, "dispatches") > before
 	})
 	if n := counter(t, snap, "round_timeout"); n != 0 {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // tlsKeepAlive is a client's kept-alive TLS connection to a tlsSite.
@@ -55,7 +55,7 @@ func (c *tlsKeepAlive) get() error {
 // no room anywhere, to worker 0 again, which closes the first.
 func TestTLSIdleSessionCap(t *testing.T) {
 	s := startTLSWith(t, "  tls_max_idle_sessions = 2\n", "")
-	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("both workers ready", 20*time.Second, func(snap view.Snapshot) bool {
 		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
 	})
 	var conns []*tlsKeepAlive
@@ -66,7 +66,7 @@ func TestTLSIdleSessionCap(t *testing.T) {
 		}
 		conns = append(conns, c)
 		want := min(i+1, 4)
-		s.waitFor(fmt.Sprintf("%d parked", want), 10*time.Second, func(snap supervisor.Snapshot) bool {
+		s.waitFor(fmt.Sprintf("%d parked", want), 10*time.Second, func(snap view.Snapshot) bool {
 			return snap.AtWorkers == 0 && snap.Conns["idle"] == want
 		})
 	}
@@ -83,7 +83,7 @@ func TestTLSIdleSessionCap(t *testing.T) {
 }
 
 // workerStates maps each worker's pid to its state.
-func workerStates(snap supervisor.Snapshot) map[int]string {
+func workerStates(snap view.Snapshot) map[int]string {
 	m := map[int]string{}
 	for _, w := range snap.Workers {
 		m[w.PID] = w.State
@@ -97,7 +97,7 @@ func workerStates(snap supervisor.Snapshot) map[int]string {
 // only then exits; new connections go to the new workers.
 func TestTLSReloadKeepsKeptConnections(t *testing.T) {
 	s := startTLS(t, "")
-	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("both workers ready", 20*time.Second, func(snap view.Snapshot) bool {
 		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
 	})
 	old := workerStates(s.snapshot())
@@ -105,7 +105,7 @@ func TestTLSReloadKeepsKeptConnections(t *testing.T) {
 	if err := a.get(); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor("A parked", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("A parked", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
 	})
 	// A new route: what workers are started with changed, so every worker
@@ -121,8 +121,8 @@ func TestTLSReloadKeepsKeptConnections(t *testing.T) {
 	if err := s.sup.Reload(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	replaced := func(draining int) func(supervisor.Snapshot) bool {
-		return func(snap supervisor.Snapshot) bool {
+	replaced := func(draining int) func(view.Snapshot) bool {
+		return func(snap view.Snapshot) bool {
 			ready, drain := 0, 0
 			for pid, st := range workerStates(snap) {
 				_, wasOld := old[pid]
@@ -144,7 +144,7 @@ func TestTLSReloadKeepsKeptConnections(t *testing.T) {
 		if err := a.get(); err != nil {
 			t.Fatalf("request %d on the TLS connection opened before the reload: %v", i+2, err)
 		}
-		s.waitFor("A parked again", 10*time.Second, func(snap supervisor.Snapshot) bool {
+		s.waitFor("A parked again", 10*time.Second, func(snap view.Snapshot) bool {
 			return snap.AtWorkers == 0 && snap.Conns["idle"] == 1
 		})
 	}
@@ -470,7 +470,7 @@ route "/stuck" {
   }
 }
 `, addr))
-	s.waitFor("both workers ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("both workers ready", 20*time.Second, func(snap view.Snapshot) bool {
 		return len(snap.Workers) == 2 && snap.Workers[0].State == "ready" && snap.Workers[1].State == "ready"
 	})
 	// One dial per worker: the least busy worker takes each request.
@@ -480,7 +480,7 @@ route "/stuck" {
 		defer c.Close()
 		fmt.Fprint(c, "GET /stuck HTTP/1.1\r\nHost: x\r\n\r\n")
 		held = append(held, c)
-		s.waitFor(fmt.Sprintf("dial %d hanging", i+1), 10*time.Second, func(snap supervisor.Snapshot) bool {
+		s.waitFor(fmt.Sprintf("dial %d hanging", i+1), 10*time.Second, func(snap view.Snapshot) bool {
 			return len(snap.Upstreams) == 1 && snap.Upstreams[0].Dialing == i+1
 		})
 	}
@@ -510,7 +510,7 @@ route "/stuck" {
 			t.Errorf("%s: the refused handshake took %v", args[0], took)
 		}
 	}
-	after := s.waitFor("the refused rounds counted", 10*time.Second, func(snap supervisor.Snapshot) bool {
+	after := s.waitFor("the refused rounds counted", 10*time.Second, func(snap view.Snapshot) bool {
 		return snap.Counters["round_overloaded"]-before.Counters["round_overloaded"] == uint64(len(clients))
 	})
 	if got := after.Counters["tls_signs"] - before.Counters["tls_signs"]; got != 0 {
@@ -539,12 +539,12 @@ route "/stuck" {
 // client's share is one connection.
 func TestTLSIdleCapEvictsWaitingConnection(t *testing.T) {
 	s := startTLSWith(t, "  count = 1\n  concurrency = 4\n  tls_max_idle_sessions = 2\n", "")
-	s.waitFor("the worker ready", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("the worker ready", 20*time.Second, func(snap view.Snapshot) bool {
 		return len(snap.Workers) == 1 && snap.Workers[0].State == "ready"
 	})
 	parked := func(what string, atWorkers, idle int) {
 		t.Helper()
-		s.waitFor(what, 10*time.Second, func(snap supervisor.Snapshot) bool {
+		s.waitFor(what, 10*time.Second, func(snap view.Snapshot) bool {
 			return snap.AtWorkers == atWorkers && snap.Conns["idle"] == idle
 		})
 	}
@@ -574,7 +574,7 @@ func TestTLSIdleCapEvictsWaitingConnection(t *testing.T) {
 	parked("C parked", 1, 2)
 	// A's next request waits for its client's share.
 	fmt.Fprint(a, "GET /ok HTTP/1.1\r\nHost: default.test\r\n\r\n")
-	s.waitFor("A waiting for its share", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.Counters["share_waits"] == 1 })
+	s.waitFor("A waiting for its share", 10*time.Second, func(snap view.Snapshot) bool { return snap.Counters["share_waits"] == 1 })
 	// B's round ends: the worker keeps B, closes A, the oldest, over the
 	// cap, and A is dispatched to it as B's slot frees.
 	b.Write([]byte("x"))

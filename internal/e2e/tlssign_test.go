@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // Real workers under the sandbox complete handshakes with P-256 (signed on
@@ -63,7 +63,7 @@ listener "https384" {
 	if resumed := get(t, addr384, cfg(), "p384.test"); !resumed {
 		t.Error("the second connection did not resume")
 	}
-	after := site.waitFor("every connection back", 10*time.Second, func(snap supervisor.Snapshot) bool { return snap.AtWorkers == 0 })
+	after := site.waitFor("every connection back", 10*time.Second, func(snap view.Snapshot) bool { return snap.AtWorkers == 0 })
 	signs := counter(t, after, "tls_signs") - counter(t, before, "tls_signs")
 	handshakes := counter(t, after, "tls_handshakes") - counter(t, before, "tls_handshakes")
 	if int(signs) != full || int(handshakes) != full+1 {

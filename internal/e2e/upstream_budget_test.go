@@ -12,7 +12,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"golang.org/x/sys/unix"
 )
 
@@ -262,7 +262,7 @@ func TestHostileWorkerHoardsUpstream(t *testing.T) {
 	up := startCountingUpstream(t)
 	h := startNoWait(t, budgetConfig(up.addr), "hostile-worker", "hoard")
 	done := h.waitLog("hostile: hoard done", 30*time.Second)
-	h.waitFor("the well-behaved worker", 20*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the well-behaved worker", 20*time.Second, func(s view.Snapshot) bool {
 		return s.Workers[1].State == "ready"
 	})
 	ok, refused := logInt(t, done, "ok"), logInt(t, done, "refused")
@@ -277,7 +277,7 @@ func TestHostileWorkerHoardsUpstream(t *testing.T) {
 	occupier := dialFrom(t, "127.0.0.9", h.addr)
 	defer occupier.Close()
 	fmt.Fprint(occupier, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
-	h.waitFor("the hoarder to hold a client", 10*time.Second, func(s supervisor.Snapshot) bool { return s.Workers[0].Active == 1 })
+	h.waitFor("the hoarder to hold a client", 10*time.Second, func(s view.Snapshot) bool { return s.Workers[0].Active == 1 })
 	cl := newClient(t, "127.0.0.2", h.addr)
 	for j := 0; j < 10; j++ {
 		resp, body, err := cl.get("/app/x")

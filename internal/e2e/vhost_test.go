@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // vhostSite is a harness whose routes are all limited to host names, with
@@ -316,7 +316,7 @@ route "/" {
 	if err := s.sup.Reload(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor("every worker replaced", 20*time.Second, func(snap supervisor.Snapshot) bool {
+	s.waitFor("every worker replaced", 20*time.Second, func(snap view.Snapshot) bool {
 		if !settled(2)(snap) {
 			return false
 		}

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
 // WebSocket through the proxy (docs/DESIGN.md §10; issue 14): a minimal
@@ -512,7 +512,7 @@ func testWebSocketEcho(t *testing.T, tlsOn bool) {
 		t.Fatalf("client side after the upstream closed: %v", err)
 	}
 	ws.c.Close() // else the relay waits relayFinWait for the client's end
-	h.waitFor("the upgraded connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the upgraded connections released", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 2
 	})
 
@@ -578,7 +578,7 @@ func testWebSocketEcho(t *testing.T, tlsOn bool) {
 		t.Errorf("100 messages of 16 KiB took %v: stalled on delayed ACKs?", d)
 	}
 	ws.c.Close()
-	h.waitFor("the upgraded connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the upgraded connections released", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 5
 	})
 
@@ -599,7 +599,7 @@ func testWebSocketEcho(t *testing.T, tlsOn bool) {
 		}
 		t.Logf("python websockets: %q", out)
 	})
-	h.waitFor("the python client's connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the python client's connections released", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Upgrades == 0 && s.Counters["upgrades_started"] == 7
 	})
 
@@ -732,7 +732,7 @@ func testWebSocketIdleAndUpstreamDeath(t *testing.T, tlsOn bool) {
 	if err := expectEnd(busy, busyWatch, 10*time.Second); err != nil {
 		t.Fatalf("client side after the upstream died: %v", err)
 	}
-	h.waitFor("the upgraded connections released", 10*time.Second, func(s supervisor.Snapshot) bool {
+	h.waitFor("the upgraded connections released", 10*time.Second, func(s view.Snapshot) bool {
 		return s.Upgrades == 0 && s.AtWorkers == 0
 	})
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -181,10 +181,10 @@ func (n *notifier) watch(done <-chan struct{}, sup supervised, started *atomic.B
 // in tests).
 type supervised interface {
 	Ready() <-chan struct{}
-	Snapshot(context.Context) (supervisor.Snapshot, error)
+	Snapshot(context.Context) (view.Snapshot, error)
 }
 
-func snapshot(sup supervised, limit time.Duration) (supervisor.Snapshot, error) {
+func snapshot(sup supervised, limit time.Duration) (view.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	return sup.Snapshot(ctx)
@@ -192,7 +192,7 @@ func snapshot(sup supervised, limit time.Duration) (supervisor.Snapshot, error) 
 
 // statusLine is the STATUS= text: "serving on 127.0.0.1:8080, 4 workers, 12
 // connections (3 at workers)".
-func statusLine(s supervisor.Snapshot) string {
+func statusLine(s view.Snapshot) string {
 	addrs := make([]string, len(s.Listeners))
 	for i, a := range s.Listeners {
 		addrs[i] = a.String()

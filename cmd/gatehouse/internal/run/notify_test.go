@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/supervisor"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -23,14 +23,14 @@ type fakeSup struct {
 
 func (f *fakeSup) Ready() <-chan struct{} { return f.ready }
 
-func (f *fakeSup) Snapshot(ctx context.Context) (supervisor.Snapshot, error) {
+func (f *fakeSup) Snapshot(ctx context.Context) (view.Snapshot, error) {
 	if f.stuck.Load() {
 		<-ctx.Done()
-		return supervisor.Snapshot{}, ctx.Err()
+		return view.Snapshot{}, ctx.Err()
 	}
-	return supervisor.Snapshot{
+	return view.Snapshot{
 		Listeners: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")},
-		Workers:   []supervisor.WorkerInfo{{State: "ready"}, {State: "ready"}},
+		Workers:   []view.WorkerInfo{{State: "ready"}, {State: "ready"}},
 		Conns:     map[string]int{"idle": 3},
 	}, nil
 }
@@ -116,9 +116,9 @@ func TestNotifierWithoutSocket(t *testing.T) {
 }
 
 func TestStatusLine(t *testing.T) {
-	s := supervisor.Snapshot{
+	s := view.Snapshot{
 		Listeners: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080"), netip.MustParseAddrPort("[::1]:8080")},
-		Workers:   []supervisor.WorkerInfo{{State: "ready"}, {State: "dead"}, {State: "ready"}},
+		Workers:   []view.WorkerInfo{{State: "ready"}, {State: "dead"}, {State: "ready"}},
 		Conns:     map[string]int{"idle": 3, "at_worker": 2},
 		AtWorkers: 2,
 	}

@@ -2,11 +2,41 @@ package supervisor
 
 import (
 	"bytes"
-	"sort"
+	"context"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
+	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
+
+// The loop's state shown outside: to the admin socket, and to workers asking
+// for stats. Both are made of a Snapshot, rendered by package view.
+
+// Admin is the supervisor as its admin socket sees it, for admin.Server's
+// Serve.
+func (s *Supervisor) Admin() admin.Supervisor { return adminSide{s} }
+
+// adminSide answers the admin socket's commands.
+type adminSide struct{ *Supervisor }
+
+// View takes a Snapshot, which the admin views are made of.
+func (a adminSide) View(ctx context.Context) (admin.View, error) {
+	snap, err := a.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return view.Admin{Snap: snap, Started: a.Started(), ConfigFile: a.ConfigPath(), Privileges: a.privileges}, nil
+}
+
+// CertificateErrors are the certificates the last reload could not load.
+func (a adminSide) CertificateErrors() []string {
+	var out []string
+	for _, e := range a.certificateErrors() {
+		out = append(out, e.Error)
+	}
+	return out
+}
 
 // Stats for workers (StatsRequest, which a worker sends for a client in the
 // metrics allow-list): the Prometheus text is rendered off the loop and
@@ -19,9 +49,6 @@ const (
 	// statsMax keeps a StatsReply under the frame cap.
 	statsMax = 60 << 10
 )
-
-// statsTruncated ends a rendering cut to fit a frame.
-const statsTruncated = "# gatehouse: metrics cut to fit one frame; gatehousectl metrics shows them all\n"
 
 // statsCache is the loop's part for stats: the last rendering, and the
 // requests waiting for the next one. Each waiting request holds its
@@ -81,42 +108,13 @@ func (d *dispatcher) sendStats(w *workerProc, id uint64) {
 
 // renderStats renders snap on its own goroutine and posts the text to the
 // loop.
-func (s *Supervisor) renderStats(snap Snapshot) {
-	snap.sortClients()
+func (s *Supervisor) renderStats(snap view.Snapshot) {
+	snap.SortClients()
 	var buf bytes.Buffer
 	if err := snap.WritePrometheus(&buf); err != nil {
 		s.log.Error("rendering metrics", "error", err)
 		buf.Reset()
 		buf.WriteString("# gatehouse: rendering metrics failed; see the supervisor's log\n")
 	}
-	s.post(statsRendered{text: cutMetrics(buf.Bytes(), statsMax), at: snap.Time})
-}
-
-// cutMetrics fits a Prometheus text rendering into max bytes: whole metric
-// families only (each starts with its # HELP line), then a comment saying
-// the rest was cut. A rendering that fits is returned as is.
-func cutMetrics(text []byte, max int) []byte {
-	if len(text) <= max {
-		return text
-	}
-	room := text[:max-len(statsTruncated)]
-	end := bytes.LastIndex(room, []byte("\n# HELP "))
-	if end < 0 {
-		// One family larger than the room: whole lines of it.
-		end = bytes.LastIndexByte(room, '\n')
-	}
-	out := append([]byte(nil), text[:end+1]...)
-	return append(out, statsTruncated...)
-}
-
-// sortClients orders the clients by pool slots held, then connections. It
-// runs off the loop, on the Snapshot's copy.
-func (s *Snapshot) sortClients() {
-	sort.Slice(s.Clients, func(i, j int) bool {
-		a, b := s.Clients[i], s.Clients[j]
-		if a.Out != b.Out {
-			return a.Out > b.Out
-		}
-		return a.Conns > b.Conns
-	})
+	s.post(statsRendered{text: view.Cut(buf.Bytes(), statsMax), at: snap.Time})
 }

@@ -1,7 +1,8 @@
-package supervisor
+package view
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"net/netip"
 	"strings"
@@ -21,8 +22,9 @@ func testSnapshot() Snapshot {
 	lat[0], lat[3], lat[len(lat)-1] = 2, 5, 1 // ≤0.5 ms, ≤5 ms, over 30 s
 	return Snapshot{
 		Time: time.Now(), Pool: 32, Share: 8, AtWorkers: 3, Queued: 4, Waiting: 1,
-		Conns:   map[string]int{"fresh": 4, "idle": 10, "at_worker": 3, "waiting": 1},
-		Clients: []ClientInfo{{Key: "127.0.0.1", Conns: 3, Out: 2}, {Key: "127.0.0.2", Penalty: 30 * time.Second}},
+		Conns:      map[string]int{"fresh": 4, "idle": 10, "at_worker": 3, "waiting": 1},
+		ConnStates: []string{"fresh", "idle", "waiting", "at_worker", "linger", "head", "proxy"},
+		Clients:    []ClientInfo{{Key: "127.0.0.1", Conns: 3, Out: 2}, {Key: "127.0.0.2", Penalty: 30 * time.Second}},
 		Workers: []WorkerInfo{
 			{Slot: 0, PID: 100, State: "ready", Active: 2, Served: 50, Restarts: 1, Backoff: 100 * time.Millisecond},
 			{Slot: 1, PID: 101, State: "ready", Active: 1, Served: 40},
@@ -36,7 +38,7 @@ func testSnapshot() Snapshot {
 		Listeners: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")},
 		Responses: map[string]uint64{"2xx": 70, "4xx": 5, "5xx": 1, "1xx": 0, "3xx": 0, "other": 0},
 		Latency:   LatencyHistogram{Counts: lat, Sum: 31.5, Count: 8},
-		Deaths:    []DeathCount{{Reason: DeathSignal, Signal: "SIGKILL", N: 2}, {Reason: DeathExit, Signal: "none", N: 1}},
+		Deaths:    []DeathCount{{Reason: "signal", Signal: "SIGKILL", N: 2}, {Reason: "exit", Signal: "none", N: 1}},
 		Certificates: []secrets.CertificateInfo{{Listener: "https", Name: "site", DNSNames: []string{"example.org"},
 			NotAfter: time.Unix(1_900_000_000, 0)}},
 		CertificateErrors: []secrets.CertificateError{{Listener: "https", Name: "site", Kept: true, Since: time.Unix(1_800_000_000, 0)}},
@@ -163,4 +165,61 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestCut: a rendering over a frame is cut after its last whole metric
+// family (or line) that fits, never inside a line, and says so.
+func TestCut(t *testing.T) {
+	family := func(i, samples int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "# HELP gatehouse_m%d_total Help.\n# TYPE gatehouse_m%d_total counter\n", i, i)
+		for j := 0; j < samples; j++ {
+			fmt.Fprintf(&b, "gatehouse_m%d_total{worker=\"%d\"} %d\n", i, j, j)
+		}
+		return b.String()
+	}
+	var many, one strings.Builder
+	for i := 0; i < 400; i++ {
+		many.WriteString(family(i, 5))
+	}
+	one.WriteString(family(0, 4000))
+	small := family(1, 3)
+
+	for _, tc := range []struct {
+		name        string
+		text        string
+		wholeFamily bool
+	}{
+		{"fits", small, true},
+		{"many families", many.String(), true},
+		{"one large family", one.String(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const max = 4096
+			got := Cut([]byte(tc.text), max)
+			if len(tc.text) <= max {
+				if string(got) != tc.text {
+					t.Fatalf("a rendering that fits was changed")
+				}
+				return
+			}
+			if len(got) > max {
+				t.Fatalf("%d bytes, over %d", len(got), max)
+			}
+			kept, ok := bytes.CutSuffix(got, []byte(cutNote))
+			if !ok {
+				t.Fatalf("cut rendering does not end with %q", cutNote)
+			}
+			if !strings.HasPrefix(tc.text, string(kept)) || len(kept) == 0 || kept[len(kept)-1] != '\n' {
+				t.Fatalf("kept part is not whole lines of the rendering")
+			}
+			rest := tc.text[len(kept):]
+			if tc.wholeFamily && !strings.HasPrefix(rest, "# HELP ") {
+				t.Fatalf("cut inside a family: the rest starts %q", rest[:min(40, len(rest))])
+			}
+			if len(rest) < max/4 && tc.wholeFamily {
+				t.Fatalf("only %d bytes cut: the check is not exercised", len(rest))
+			}
+		})
+	}
 }

@@ -1,72 +1,60 @@
-package supervisor
+package view
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"slices"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/version"
-	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 )
 
-// Admin is the supervisor as its admin socket sees it, for admin.Server's
-// Serve.
-func (s *Supervisor) Admin() admin.Supervisor { return adminSide{s} }
-
-// adminSide answers the admin socket's commands.
-type adminSide struct{ *Supervisor }
-
-// View takes a Snapshot, which the admin views are made of.
-func (a adminSide) View(ctx context.Context) (admin.View, error) {
-	snap, err := a.Snapshot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return adminView{s: a.Supervisor, snap: snap}, nil
+// Admin shows one Snapshot in the admin socket's types (admin.View).
+type Admin struct {
+	Snap Snapshot
+	// Started is when the supervisor started, and ConfigFile the path of
+	// its configuration.
+	Started    time.Time
+	ConfigFile string
+	// Privileges reports what the supervisor holds, asked for only when the
+	// status is shown.
+	Privileges func() adminapi.Privileges
 }
 
-// CertificateErrors are the certificates the last reload could not load.
-func (a adminSide) CertificateErrors() []string {
-	var out []string
-	for _, e := range a.certificateErrors() {
-		out = append(out, e.Error)
-	}
-	return out
-}
+// Workers are the worker slots.
+func (v Admin) Workers() []adminapi.Worker { return workersOf(v.Snap) }
 
-// adminView shows one Snapshot in the admin socket's types.
-type adminView struct {
-	s    *Supervisor
-	snap Snapshot
-}
+// Conns are the connections by state.
+func (v Admin) Conns() *adminapi.Conns { return connsOf(v.Snap) }
 
-func (v adminView) Workers() []adminapi.Worker      { return workersOf(v.snap) }
-func (v adminView) Conns() *adminapi.Conns          { return connsOf(v.snap) }
-func (v adminView) Clients(n int) []adminapi.Client { return topClients(v.snap, n) }
-func (v adminView) Upstreams() []adminapi.Upstream  { return upstreamsOf(v.snap) }
-func (v adminView) ShutdownGrace() time.Duration    { return v.snap.ShutdownGrace }
-func (v adminView) Status() *adminapi.Status        { return v.s.status(v.snap) }
+// Clients are the n client keys that matter most.
+func (v Admin) Clients(n int) []adminapi.Client { return topClients(v.Snap, n) }
+
+// Upstreams are the upstreams and their addresses.
+func (v Admin) Upstreams() []adminapi.Upstream { return upstreamsOf(v.Snap) }
+
+// ShutdownGrace is what a drain gives requests in flight.
+func (v Admin) ShutdownGrace() time.Duration { return v.Snap.ShutdownGrace }
 
 // Metrics renders the snapshot in Prometheus' text format.
-func (v adminView) Metrics() (string, error) {
+func (v Admin) Metrics() (string, error) {
 	var buf bytes.Buffer
-	if err := v.snap.WritePrometheus(&buf); err != nil {
+	if err := v.Snap.WritePrometheus(&buf); err != nil {
 		return "", err
 	}
 	return buf.String(), nil
 }
 
-// status is the admin socket's status of snap.
-func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
+// Status is the admin socket's status of the snapshot.
+func (v Admin) Status() *adminapi.Status {
+	snap := v.Snap
 	st := &adminapi.Status{
 		Version:                 version.Version,
 		PID:                     os.Getpid(),
-		Started:                 s.Started(),
-		UptimeSeconds:           snap.Time.Sub(s.Started()).Seconds(),
-		ConfigFile:              s.ConfigPath(),
+		Started:                 v.Started,
+		UptimeSeconds:           snap.Time.Sub(v.Started).Seconds(),
+		ConfigFile:              v.ConfigFile,
 		Pool:                    snap.Pool,
 		Share:                   snap.Share,
 		AtWorkers:               snap.AtWorkers,
@@ -101,7 +89,9 @@ func (s *Supervisor) status(snap Snapshot) *adminapi.Status {
 	if c := snap.Cluster; c != nil {
 		st.Cluster = &adminapi.Cluster{Instance: c.Instance, Address: c.Address, Up: c.Up, Since: c.Since, Error: c.Error, SharedTickets: c.SharedTickets}
 	}
-	st.Privileges = s.privileges()
+	if v.Privileges != nil {
+		st.Privileges = v.Privileges()
+	}
 	return st
 }
 
@@ -119,7 +109,7 @@ func workersOf(snap Snapshot) []adminapi.Worker {
 func connsOf(snap Snapshot) *adminapi.Conns {
 	c := &adminapi.Conns{ByState: map[string]int{}, AtWorkers: snap.AtWorkers, Waiting: snap.Waiting, Queued: snap.Queued,
 		InFirstRequest: snap.InFirstRequest, Pool: snap.Pool, Share: snap.Share}
-	for _, st := range stateNames {
+	for _, st := range snap.ConnStates {
 		c.ByState[st] = 0
 	}
 	for st, n := range snap.Conns {

@@ -1,6 +1,7 @@
-package supervisor
+package view
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"slices"
@@ -198,11 +199,11 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(desc("rate_limit_buckets", "Rate limit buckets held (bounded by rate_limit_entries)."), prometheus.GaugeValue, float64(s.RateLimitBuckets))
 	conns := desc("connections", "Open connections, by state.", "state")
-	for _, st := range stateNames {
+	for _, st := range s.ConnStates {
 		emit(conns, prometheus.GaugeValue, float64(s.Conns[st]), st)
 	}
 	for st, n := range s.Conns {
-		if !slices.Contains(stateNames[:], st) {
+		if !slices.Contains(s.ConnStates, st) {
 			emit(conns, prometheus.GaugeValue, float64(n), st)
 		}
 	}
@@ -275,4 +276,24 @@ func metricName(key string) string {
 		}
 	}
 	return string(b)
+}
+
+// cutNote ends a rendering cut to fit a frame.
+const cutNote = "# gatehouse: metrics cut to fit one frame; gatehousectl metrics shows them all\n"
+
+// Cut fits a Prometheus text rendering into max bytes: whole metric
+// families only (each starts with its # HELP line), then a comment saying
+// the rest was cut. A rendering that fits is returned as is.
+func Cut(text []byte, max int) []byte {
+	if len(text) <= max {
+		return text
+	}
+	room := text[:max-len(cutNote)]
+	end := bytes.LastIndex(room, []byte("\n# HELP "))
+	if end < 0 {
+		// One family larger than the room: whole lines of it.
+		end = bytes.LastIndexByte(room, '\n')
+	}
+	out := append([]byte(nil), text[:end+1]...)
+	return append(out, cutNote...)
 }
