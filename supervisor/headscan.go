@@ -207,7 +207,7 @@ func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
 // timeout408 closes a connection whose head deadline or gap passed, with a
 // 408 written without blocking, as the canned 503 is.
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
-	sysio.Send(c.fd, d.canned.r408.at(now))
+	sysio.Send(c.fd, d.canned.RequestTimeout.At(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }

@@ -248,7 +248,7 @@ func (d *dispatcher) noWorker(c *conn, now time.Time) {
 		d.closeConn(c)
 		return
 	}
-	sysio.Send(c.fd, d.canned.r503.at(now))
+	sysio.Send(c.fd, d.canned.NoWorker.At(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }

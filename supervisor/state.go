@@ -8,6 +8,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/canned"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
@@ -36,7 +37,7 @@ type dispatcher struct {
 	broker
 
 	stats  statsCache
-	canned cannedReplies
+	canned canned.Replies
 	headWatch
 	bodyBudget
 	streamBudget
@@ -193,7 +194,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	d.signPool = newSignPool(s)
 	d.initLists()
 	d.peekBuf = make([]byte, headend.MaxHead)
-	d.canned = newCannedReplies()
+	d.canned = canned.NewReplies()
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {
 		d.fdLimit = int(rl.Cur)

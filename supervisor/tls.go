@@ -182,7 +182,7 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 		return
 	}
 	d.c.tlsPlainHTTP++
-	sysio.Send(c.fd, d.canned.r400TLS.at(now))
+	sysio.Send(c.fd, d.canned.PlainToTLS.At(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
 }

@@ -1,4 +1,4 @@
-package supervisor
+package canned
 
 import (
 	"bufio"
@@ -11,14 +11,14 @@ import (
 // Every canned reply is a well-formed response whose Date is the second it
 // was written in, kept current without allocating.
 func TestCannedRepliesDated(t *testing.T) {
-	c := newCannedReplies()
+	c := NewReplies()
 	t0 := time.Date(2026, 3, 1, 23, 59, 59, 900e6, time.FixedZone("X", 3600))
 	for _, tt := range []struct {
-		r      *cannedReply
+		r      *Reply
 		status int
-	}{{&c.r408, 408}, {&c.r503, 503}, {&c.r400TLS, 400}} {
+	}{{&c.RequestTimeout, 408}, {&c.NoWorker, 503}, {&c.PlainToTLS, 400}} {
 		for _, now := range []time.Time{t0, t0.Add(50 * time.Millisecond), t0.Add(2 * time.Second)} {
-			b := tt.r.at(now)
+			b := tt.r.At(now)
 			res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
 			if err != nil {
 				t.Fatalf("%d: %v\n%s", tt.status, err, b)
@@ -38,7 +38,7 @@ func TestCannedRepliesDated(t *testing.T) {
 	next := t0
 	if n := testing.AllocsPerRun(100, func() {
 		next = next.Add(time.Second)
-		c.r408.at(next)
+		c.RequestTimeout.At(next)
 	}); n != 0 {
 		t.Errorf("%v allocations per new second", n)
 	}
