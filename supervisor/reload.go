@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"time"
@@ -54,7 +55,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	// running one instead of failing the reload.
 	opt := config.ParseOptions{Handlers: s.opts.Handlers, SkipCertificates: true, AuthorizesUploads: s.opts.AuthorizesUploads}
 	if s.heldRoots != nil {
-		opt.OpenRoot = s.openRoot
+		opt.OpenRoot = func(path string) (*os.File, error) { return s.heldRoots.Open(path, s.account) }
 	}
 	cfg, err := config.LoadWith(s.opts.ConfigPath, opt)
 	if err != nil {
@@ -120,7 +121,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 	if err := <-reply; err != nil {
 		return err
 	}
-	if err := s.holdRoots(spec); err != nil {
+	if err := s.heldRoots.Keep(spec.roots, spec.rootPaths); err != nil {
 		s.log.Error("keeping the static roots for the next reload", "error", err)
 	}
 	s.accessLog = cfg.Log

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/supervisor/roots"
 )
 
 // A reload that changes header rules or error pages, at a listener, a
@@ -40,7 +41,7 @@ func TestReloadReplacesWorkersForSiteSettings(t *testing.T) {
 		t.Error("unchanged: workersNeedReplacing = true, want false")
 	}
 	cfg := parse(listener + "}\n" + route + "}\nerror_page {\n  status = [404]\n  file = \"www/404.html\"\n}\nerror_page {\n  status = [502]\n  file = \"errors/50x.html\"\n}\n")
-	if got, want := configRoots(cfg), []string{"/srv/www", "/srv/errors"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("configRoots = %q, want %q", got, want)
+	if got, want := roots.Paths(cfg), []string{"/srv/www", "/srv/errors"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("roots.Paths = %q, want %q", got, want)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/roots"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
@@ -103,10 +104,10 @@ type Supervisor struct {
 
 	reloadMu sync.Mutex // serialises Reload and ReopenAccessLog
 	// heldRoots are the static roots' directories (O_PATH) by path, opened
-	// at start and kept for a reload that can no longer open them (see
-	// roots.go); nil where workers open their roots by path.
+	// at start and kept for a reload that can no longer open them; nil
+	// where workers open their roots by path.
 	// +checklocks:reloadMu
-	heldRoots map[string]*os.File
+	heldRoots *roots.Held
 	// accessLog is the running configuration's log block, which
 	// ReopenAccessLog opens again. +checklocks:reloadMu
 	accessLog config.Log
@@ -211,7 +212,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	}
 	// Opened as the listeners: the workers' account, and the supervisor's
 	// once privileges drop, may not search the directories above a root.
-	if s.heldRoots, err = openRoots(cfg); err != nil {
+	if s.heldRoots, err = roots.Open(cfg); err != nil {
 		s.closeEarly()
 		return nil, err
 	}
@@ -224,7 +225,7 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	s.reloadMu.Lock()
 	s.boot.spec, err = s.newWorkerSpec(cfg)
 	if err == nil {
-		err = s.holdRoots(s.boot.spec)
+		err = s.heldRoots.Keep(s.boot.spec.roots, s.boot.spec.rootPaths)
 	}
 	s.reloadMu.Unlock()
 	if err != nil {
@@ -254,7 +255,7 @@ func (s *Supervisor) closeEarly() {
 	}
 	s.access.Close()
 	s.reloadMu.Lock()
-	closeRoots(s.heldRoots)
+	s.heldRoots.Close()
 	s.heldRoots = nil
 	s.reloadMu.Unlock()
 }
@@ -380,12 +381,12 @@ func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	roots, err := s.rootFiles(policy.Roots)
+	rootFiles, err := s.heldRoots.Files(policy.Roots, s.account)
 	if err != nil {
 		return nil, err
 	}
-	if roots != nil {
-		policy = policy.WithRootFDs(policy.Roots, spawner.RootFDs(len(roots)))
+	if rootFiles != nil {
+		policy = policy.WithRootFDs(policy.Roots, spawner.RootFDs(len(rootFiles)))
 		if err := policy.Validate(); err != nil {
 			return nil, err
 		}
@@ -410,7 +411,7 @@ func (s *Supervisor) newWorkerSpec(cfg *config.Config) (*workerSpec, error) {
 		opts.Logger.Warn("sandbox layer not applied; running best-effort", "layer", l.Name, "detail", l.Detail)
 	}
 	return &workerSpec{cfg: cfg, args: append(args, policy.Args()...), attr: attr, layers: spawn.Layers(attr, missing),
-		roots: roots, rootPaths: policy.Roots}, nil
+		roots: rootFiles, rootPaths: policy.Roots}, nil
 }
 
 // spawnWorker starts one worker process of spec for slot's generation gen
@@ -433,7 +434,7 @@ func sandboxPolicy(cfg *config.Config, worker string) (sandbox.Policy, error) {
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: configRoots(cfg), User: worker, Chroot: cfg.Sandbox.Chroot}
+	p := sandbox.Policy{Mode: mode, SeccompAction: action, Roots: roots.Paths(cfg), User: worker, Chroot: cfg.Sandbox.Chroot}
 	return p, p.Validate()
 }
 
