@@ -26,6 +26,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
+	"github.com/gatehouse-dev/gatehouse/supervisor/privileges"
 	"github.com/gatehouse-dev/gatehouse/supervisor/roots"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
@@ -90,7 +91,7 @@ type Supervisor struct {
 	log   hclog.Logger
 	start time.Time // immutable
 
-	// Set by New, immutable afterwards (see privileges.go): the spawner
+	// Set by New, immutable afterwards (see privileges.Drop): the spawner
 	// that starts workers (nil: the supervisor starts them itself), the
 	// workers' account ("" when not started as root), the supervisor's
 	// own account (which reads the certificate files on every reload),
@@ -218,7 +219,10 @@ func New(cfg *config.Config, opts Options) (*Supervisor, error) {
 	}
 	// With the listeners bound, the supervisor keeps no privilege it does
 	// not need (docs/DESIGN.md §1).
-	if err := s.dropPrivileges(cfg); err != nil {
+	dropped, err := privileges.Drop(cfg, privileges.Options{Log: s.log, KeepRoot: s.opts.KeepRoot, WorkerPath: s.opts.WorkerPath, SpawnerArgs: s.spawnerArgs(),
+		Adopt: func(sup sandbox.Account) error { return s.access.Adopt(sup, cfg.Log.AccessLogPath) }})
+	s.spawner, s.workerAccount, s.account, s.sharedUID, s.separation = dropped.Spawner, dropped.WorkerAccount, dropped.Account, dropped.SharedUID, dropped.Separation
+	if err != nil {
 		s.closeEarly()
 		return nil, fmt.Errorf("dropping privileges: %w", err)
 	}
@@ -420,6 +424,14 @@ func (s *Supervisor) spawnWorker(slot int, gen uint64, spec *workerSpec) {
 	attr := *spec.attr // a copy per process
 	st := spawn.Starter{Path: s.opts.WorkerPath, Spawner: s.spawner, SpawnerArgs: s.spawnerArgs(), Log: s.log, Dropped: &s.logDropped, Post: s.post}
 	st.Run(slot, gen, spawn.Command{Args: spec.args, Attr: &attr, Roots: spec.roots})
+}
+
+// spawnerArgs run WorkerPath as the spawner (Options.SpawnerArgs).
+func (s *Supervisor) spawnerArgs() []string {
+	if s.opts.SpawnerArgs == nil {
+		return []string{spawner.Arg}
+	}
+	return s.opts.SpawnerArgs
 }
 
 // sandboxPolicy derives the workers' sandbox from the configuration: the

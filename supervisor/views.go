@@ -7,6 +7,8 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
+	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
+	"github.com/gatehouse-dev/gatehouse/supervisor/privileges"
 	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
@@ -26,7 +28,7 @@ func (a adminSide) View(ctx context.Context) (admin.View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return view.Admin{Snap: snap, Started: a.Started(), ConfigFile: a.ConfigPath(), Privileges: a.privileges}, nil
+	return view.Admin{Snap: snap, Started: a.Started(), ConfigFile: a.ConfigPath(), Privileges: func() adminapi.Privileges { return privileges.Report(a.separation, a.spawner) }}, nil
 }
 
 // CertificateErrors are the certificates the last reload could not load.

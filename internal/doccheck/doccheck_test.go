@@ -147,7 +147,7 @@ const maxPackageFiles = 30
 // entry is lowered (and removed at maxPackageFiles).
 var oversized = map[string]int{
 	// The loop still holds the metrics.
-	"supervisor": 32,
+	"supervisor": 31,
 }
 
 func TestPackagesStaySmall(t *testing.T) {
