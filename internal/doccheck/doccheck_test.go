@@ -147,7 +147,7 @@ const maxPackageFiles = 30
 // entry is lowered (and removed at maxPackageFiles).
 var oversized = map[string]int{
 	// The loop still holds the metrics.
-	"supervisor": 31,
+	"supervisor": 30,
 }
 
 func TestPackagesStaySmall(t *testing.T) {
