@@ -381,7 +381,7 @@ func (d *dispatcher) teardown() {
 
 // logLimited logs at most once a second per key, so a flood of refusals or
 // bad peers cannot flood the log. Routine client behaviour is logged at
-// Debug (and summarised, see summary.go); Warn is for what an operator
+// Debug (and summarised, see counters.go); Warn is for what an operator
 // should look at.
 func (d *dispatcher) logLimited(level hclog.Level, key, msg string, args ...any) {
 	if d.log.GetLevel() > level {
