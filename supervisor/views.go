@@ -28,7 +28,8 @@ func (a adminSide) View(ctx context.Context) (admin.View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return view.Admin{Snap: snap, Started: a.Started(), ConfigFile: a.ConfigPath(), Privileges: func() adminapi.Privileges { return privileges.Report(a.separation, a.spawner) }}, nil
+	held := func() adminapi.Privileges { return privileges.Report(a.separation, a.spawner) }
+	return view.Admin{Snap: snap, Started: a.Started(), ConfigFile: a.ConfigPath(), Privileges: held}, nil
 }
 
 // CertificateErrors are the certificates the last reload could not load.
