@@ -234,7 +234,13 @@ func TestBasicAuthAgainstNginx(t *testing.T) {
 	file := filepath.Join(dir, "users")
 	htpasswd(t, file, "alice", "wonder land")
 	htpasswd(t, file, "bob", "b:colon")
+	// One worker: a worker learns a client is over its class from its own
+	// refused charge (README), so the throttled client's last request must
+	// meet the worker that refused it.
 	h := start(t, fmt.Sprintf(`
+workers {
+  count = 1
+}
 rate_limit "login" {
   prefix = "/login"
   rate = 3
