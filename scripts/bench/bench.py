@@ -39,6 +39,10 @@ Starts gatehouse, a Go net/http server and nginx on 127.0.0.1, each answering
               keep-alive and under new handshakes
   ipc         the ipc package's hand-off benchmarks
 
+With --gatehouse-before BIN the throughput phase also measures BIN (tuned
+alike, as "gatehouse-before") in the same rotation, and charts.py reports
+after/before: ratios of medians and the range of the per-round ratios.
+
 Every load targets 127.0.0.x, is bounded in count and time and stops by
 itself; every server started here is stopped when the driver exits.
 Results go to OUT/results.json (and TSV tables); gatehouse/nginx logs to OUT/logs.
@@ -813,13 +817,15 @@ def handshakes(args, s, duration):
         return {"handshakes_per_second": None, "raw": out}
 
 
-def throughput_gatehouse(args, port, tmp, logdir, name="gatehouse", tls=None):
+def throughput_gatehouse(args, port, tmp, logdir, name="gatehouse", tls=None, binary=None):
     """gatehouse tuned for throughput: a pool that holds every connection the
     load opens, so that hot connections stay hot (hand-offs only when one
-    waits), and wrk's one address standing for many clients."""
+    waits), and wrk's one address standing for many clients. binary, when
+    given, replaces --gatehouse (the before side of an A/B comparison)."""
     count, conc = (0, 0) if args.throughput_workers == "default" else (
         int(x) for x in args.throughput_workers.split("x"))
-    return Gatehouse(port, tmp, logdir, args.gatehouse, count, conc, name=name, per_client=args.per_client_cap,
+    return Gatehouse(port, tmp, logdir, binary or args.gatehouse, count, conc, name=name,
+                     per_client=args.per_client_cap,
                      trusted_loopback=args.trusted_loopback, tls=tls, threads=args.threads,
                      hot_window=args.hot_window)
 
@@ -1190,7 +1196,12 @@ def main():
     ap.add_argument("--ws-size", type=int, default=1024, help="WebSocket message size, bytes")
     ap.add_argument("--ipc-benchtime", default="2s")
     ap.add_argument("--port-base", type=int, default=18081)
-    ap.add_argument("--servers", default="gatehouse,nethttp,nginx", help="which servers to measure")
+    ap.add_argument("--servers", default="gatehouse,nethttp,nginx",
+                    help="which servers to measure (with --no-compare-default-workers and --gatehouse-before, "
+                         "'gatehouse,nethttp' measures exactly gatehouse before, after and net/http)")
+    ap.add_argument("--gatehouse-before", default="",
+                    help="a second gatehouse binary (e.g. built from an older commit) measured in the throughput "
+                         "phase beside --gatehouse, same configuration, interleaved, as server 'gatehouse-before'")
     ap.add_argument("--workers", default="2x64",
                     help="gatehouse workers (COUNTxCONCURRENCY or 'default') of the idle, attack and costs phases")
     ap.add_argument("--throughput-workers", default="2x1024",
@@ -1249,6 +1260,9 @@ def main():
         "command": " ".join(sys.argv),
         "ports": {s.name: s.port for s in servers},
     }}
+    if args.gatehouse_before:
+        res["config"]["gatehouse_before"] = os.path.abspath(args.gatehouse_before)
+        res["config"]["gatehouse_after"] = os.path.abspath(args.gatehouse)
     path = os.path.join(args.out, "results.json")
 
     def save():
@@ -1261,6 +1275,14 @@ def main():
     try:
         if "throughput" in phases:
             tp = tp_servers
+            if args.gatehouse_before and gt in tp:
+                # the same tuned configuration from the other binary, on its
+                # own port, next to the after side in the rotation
+                gb = throughput_gatehouse(args, args.port_base + 9, tmp, logdir, name="gatehouse-before",
+                                          binary=args.gatehouse_before)
+                i = tp.index(gt)
+                tp = tp[:i] + [gb] + tp[i:]
+                res["config"]["ports"][gb.name] = gb.port
             if args.compare_default_workers:
                 g2 = Gatehouse(args.port_base + 3, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-4x8")
                 g2.keepalive_only = True

@@ -17,8 +17,9 @@ import os
 import statistics
 import sys
 
-COLORS = {"gatehouse": "#d62728", "nethttp": "#1f77b4", "nginx": "#2ca02c", "gatehouse-4x8": "#ff9896"}
-LABEL = {"gatehouse": "gatehouse", "nethttp": "net/http", "nginx": "nginx", "gatehouse-4x8": "gatehouse 4x8",
+COLORS = {"gatehouse": "#d62728", "nethttp": "#1f77b4", "nginx": "#2ca02c", "gatehouse-4x8": "#ff9896",
+          "gatehouse-before": "#8c564b"}
+LABEL = {"gatehouse": "gatehouse", "gatehouse-before": "gatehouse before", "nethttp": "net/http", "nginx": "nginx", "gatehouse-4x8": "gatehouse 4x8",
          "gatehouse-tls": "gatehouse tuned", "gatehouse-4x8-tls": "gatehouse as shipped (4x8)",
          "nethttp-tls": "net/http (crypto/tls)", "nginx-tls": "nginx (OpenSSL)"}
 TLS_SERVERS = ["gatehouse-tls", "gatehouse-4x8-tls", "nethttp-tls", "nginx-tls"]
@@ -93,7 +94,7 @@ def nice_log_ticks(lo, hi):
 
 
 def latency_chart(tp, conns, path):
-    servers = [s for s in SERVERS + ["gatehouse-4x8"] if any(r["server"] == s for r in tp)]
+    servers = [s for s in SERVERS + ["gatehouse-4x8", "gatehouse-before"] if any(r["server"] == s for r in tp)]
     panels = [(False, "keep-alive"), (True, "Connection: close")]
     pw, ph, ml, mt, mb = 360, 300, 70, 60, 60
     svg = SVG(ml + 2 * (pw + 40) + 10, mt + ph + mb + 30)
@@ -217,7 +218,7 @@ def tables(res, rdir):
             for r in tp:
                 f.write("%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n" % (r["server"], r["close"], r["conns"], r["round"], r["rps"],
                                                               r["p50_ms"], r["p99_ms"], r["non2xx"], json.dumps(r["socket_errors"])))
-        servers = [s for s in SERVERS + ["gatehouse-4x8"] if any(r["server"] == s for r in tp)]
+        servers = [s for s in SERVERS + ["gatehouse-4x8", "gatehouse-before"] if any(r["server"] == s for r in tp)]
         for close, title in ((False, "keep-alive"), (True, "Connection: close")):
             out.append("\n#### %s (wrk -t2 -d%ds, %d rounds; median (min–max))\n" % (title, res["config"]["duration_s"], res["config"]["rounds"]))
             out.append("| server | conns | requests/s | p50 ms | p99 ms | non-2xx | socket errors |")
@@ -246,6 +247,8 @@ def tables(res, rdir):
                 def ratio(a, b):
                     return "%.2f" % (m[a] / m[b]) if m.get(a) and m.get(b) else "n/a"
                 out.append("| %d | %s | %s | %s |" % (c, ratio("gatehouse", "nethttp"), ratio("gatehouse", "nginx"), ratio("nginx", "nethttp")))
+            if any(r["server"] == "gatehouse-before" for r in tp):
+                out += before_after(tp, conns, close)
     idle = res.get("idle", [])
     if idle:
         with open(os.path.join(rdir, "idle.tsv"), "w") as f:
@@ -344,6 +347,29 @@ def tables(res, rdir):
                                                       fmt(agg([r.get("B/op") for r in rows])),
                                                       fmt(agg([r.get("allocs/op") for r in rows]))))
     return "\n".join(out)
+
+
+def before_after(tp, conns, close):
+    """gatehouse after against gatehouse before (--gatehouse-before): the
+    ratio of the medians, and the range of the ratios of each round's pair,
+    measured one after the other, so that the machine's drift shows as
+    spread instead of as a difference."""
+    out = ["\ngatehouse after / before (requests/s, p99):\n",
+           "| conns | before req/s | after req/s | after/before median | per-round range "
+           "| before p99 ms | after p99 ms | net/http req/s |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in conns:
+        def rows(s):
+            return {r["round"]: r for r in tp if r["server"] == s and r["conns"] == c and r["close"] == close}
+        b, a, n = rows("gatehouse-before"), rows("gatehouse"), rows("nethttp")
+        rb, ra = agg([r["rps"] for r in b.values()]), agg([r["rps"] for r in a.values()])
+        per = [a[k]["rps"] / b[k]["rps"] for k in a if k in b and a[k]["rps"] and b[k]["rps"]]
+        out.append("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            c, fmt(rb), fmt(ra), "%.3f" % (ra[0] / rb[0]) if ra and rb else "n/a",
+            "%.3f–%.3f" % (min(per), max(per)) if per else "n/a",
+            fmt(agg([r["p99_ms"] for r in b.values()]), 2), fmt(agg([r["p99_ms"] for r in a.values()]), 2),
+            fmt(agg([r["rps"] for r in n.values()]))))
+    return out
 
 
 def tls_tables(res, rdir):

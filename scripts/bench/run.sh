@@ -16,6 +16,10 @@
 #                   or "--phases tls,tlsprofile" for the TLS rows alone
 #   BENCH_OUT       results directory (default scripts/bench/results/<UTC time>)
 #   SKIP_SLOWLORIS  set to 1 to skip scripts/slowloris.sh
+#
+# A before/after run (BENCH_ARGS with --gatehouse-before BIN) measures a binary
+# that is not the tree's: its charts and results stay in $OUT/docs, and
+# docs/bench is left alone.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -71,10 +75,12 @@ if [ "${SKIP_SLOWLORIS:-0}" != 1 ]; then
     echo "[bench] slowloris.sh failed (see $OUT/slowloris.txt)" >&2
 fi
 
-python3 scripts/bench/charts.py "$OUT" "$ROOT/docs/bench"
+DOCS=$ROOT/docs/bench
+case " ${BENCH_ARGS:-} " in *" --gatehouse-before"*) DOCS=$OUT/docs ;; esac
+python3 scripts/bench/charts.py "$OUT" "$DOCS"
 # A run of some phases (BENCH_ARGS="--phases tls") replaces the results of those phases
 # in docs/bench/results.json and keeps the others.
-python3 - "$OUT/results.json" "$ROOT/docs/bench/results.json" <<'EOF'
+python3 - "$OUT/results.json" "$DOCS/results.json" <<'EOF'
 import json, os, sys
 new = json.load(open(sys.argv[1]))
 old = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else {}
@@ -88,5 +94,5 @@ with open(sys.argv[2] + ".tmp", "w") as f:
     json.dump(merged, f, indent=1)
 os.replace(sys.argv[2] + ".tmp", sys.argv[2])
 EOF
-[ -f "$OUT/slowloris.jsonl" ] && cp "$OUT/slowloris.jsonl" "$ROOT/docs/bench/slowloris.jsonl"
-echo "[bench] done: $OUT, docs/bench/" >&2
+[ -f "$OUT/slowloris.jsonl" ] && cp "$OUT/slowloris.jsonl" "$DOCS/slowloris.jsonl"
+echo "[bench] done: $OUT, $DOCS" >&2
