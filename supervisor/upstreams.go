@@ -53,15 +53,5 @@ func (u upWorker) Reclaim(name string) {
 
 // upstreamInfo reports every upstream's budget and addresses, by name.
 func (d *dispatcher) upstreamInfo(now time.Time) []view.UpstreamInfo {
-	info := d.upstreams.Info(now)
-	out := make([]view.UpstreamInfo, 0, len(info))
-	for _, u := range info {
-		ui := view.UpstreamInfo{Name: u.Name, MaxConnections: u.MaxConnections, Share: u.Share, Held: u.Held, Dialing: u.Dialing,
-			Waiting: u.Waiting, Reclaims: u.Reclaims, ShareRefused: u.ShareRefused}
-		for _, a := range u.Addresses {
-			ui.Addresses = append(ui.Addresses, view.AddressInfo(a))
-		}
-		out = append(out, ui)
-	}
-	return out
+	return d.upstreams.Info(now)
 }

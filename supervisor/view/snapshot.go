@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
+	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 )
 
 // LatencyBuckets are the upper bounds, in seconds, of the request latency
@@ -91,35 +92,12 @@ type ClusterInfo struct {
 	SharedTickets     bool
 }
 
-// UpstreamInfo is one upstream's budget and addresses.
-type UpstreamInfo struct {
-	Name           string
-	MaxConnections int
-	Share          int // connections one worker may hold
-	Held           int // given to workers (in use or idle in their pools)
-	Dialing        int
-	Waiting        int    // dials waiting for reclaimed connections
-	Reclaims       uint64 // Reclaim notices sent to workers
-	ShareRefused   uint64 // dials refused over a worker's share
-	Addresses      []AddressInfo
-}
+// UpstreamInfo is one upstream's budget and addresses, as the broker
+// reports them.
+type UpstreamInfo = upstream.Info
 
-// AddressInfo is one upstream address's state: "up", "down" (out of rotation
-// for fail_timeout after failed dials), "failing" (the upstream's only
-// address, still dialed, after max_fails failed dials in a row), "probing"
-// (one dial tests it after fail_timeout) or "check-failed" (its health
-// check fails).
-type AddressInfo struct {
-	Address string // an IP and port, or "unix:/path"
-	// Host is the configured "name:port" Address was resolved from, or "".
-	Host      string
-	State     string
-	Fails     int // consecutive dial failures
-	Dials     uint64
-	Failures  uint64
-	DownFor   time.Duration // left of fail_timeout when down
-	LastError string
-}
+// AddressInfo is one upstream address's state.
+type AddressInfo = upstream.AddressInfo
 
 // LatencyHistogram is a snapshot of the request latency histogram.
 type LatencyHistogram struct {
