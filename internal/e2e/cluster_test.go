@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
+	"github.com/gatehouse-dev/gatehouse/internal/redistest"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,59 +18,11 @@ import (
 // process, each with its own workers, and a real redis-server on a
 // loopback port.
 
-// redisServer is a redis-server on a loopback port in a temporary
-// directory, persisting nothing; it can be stopped and started again on
-// the same port.
-type redisServer struct {
-	t    testing.TB
-	port int
-	dir  string
-	cmd  *exec.Cmd
-}
+// redisServer is a redis-server on a loopback port (internal/redistest).
+type redisServer = redistest.Server
 
 // startRedis starts a redis-server, or skips the test without one.
-func startRedis(t testing.TB) *redisServer {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server is not installed (Debian package redis-server; .ci/run installs it): the cluster tests need one")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &redisServer{t: t, port: port, dir: t.TempDir()}
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-func (r *redisServer) start() {
-	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir)
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	for i := 0; i < 200; i++ {
-		if c, err := net.Dial("tcp", r.addr()); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r.t.Fatal("redis-server did not listen within 2s")
-}
-
-func (r *redisServer) stop() {
-	if r.cmd != nil {
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-		r.cmd = nil
-	}
-}
+func startRedis(t testing.TB) *redisServer { return redistest.Start(t) }
 
 // clusterBlock is the cluster block naming r for instance name; extra goes
 // inside it.
@@ -84,7 +34,7 @@ cluster {
   key_prefix = "e2e:"
   store_timeout = "50ms"
 %s}
-`, r.addr(), name, extra)
+`, r.Addr(), name, extra)
 }
 
 // storeUp waits until h's link to the store is up (or down, want false).
@@ -155,9 +105,9 @@ func TestClusterPenalty(t *testing.T) {
 
 	// A store that restarts empty gets the penalties in force again: an
 	// instance started after it refuses the client too.
-	r.stop()
+	r.Stop()
 	a.storeUp(false)
-	r.start()
+	r.Start()
 	a.storeUp(true)
 	c := start(t, attackConfig+clusterBlock(r, "c", ""))
 	c.waitFor("the penalty re-shared after the store restarted", 10*time.Second, func(s view.Snapshot) bool { return s.Client("127.0.0.2").Penalty > 0 })
@@ -212,7 +162,7 @@ rate_limit "api" {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	r.stop()
+	r.Stop()
 	a.storeUp(false)
 	b.storeUp(false)
 	time.Sleep(300 * time.Millisecond)
@@ -240,7 +190,7 @@ rate_limit "api" {
 	expectStatuses(t, cb, "/login", nil, 200, 200, 200, 200, 200, 429)
 
 	// Back: shared again.
-	r.start()
+	r.Start()
 	a.storeUp(true)
 	b.storeUp(true)
 	ca, cb = newClient(t, "127.0.0.4", a.addr), newClient(t, "127.0.0.4", b.addr)
@@ -259,7 +209,7 @@ func TestClusterStoreSlow(t *testing.T) {
 	h.storeUp(true)
 	cl := newClient(t, "127.0.0.2", h.addr)
 	expectStatuses(t, cl, "/login", nil, 200)
-	admin := redis.NewClient(&redis.Options{Addr: r.addr()})
+	admin := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	defer admin.Close()
 	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ const readmeACL = "on >s3cret-pw ~test:* &test:* +@read +@write +@scripting +@pu
 func TestACLUser(t *testing.T) {
 	r := startRedis(t)
 	ctx := context.Background()
-	admin := redis.NewClient(&redis.Options{Addr: r.addr()})
+	admin := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	defer admin.Close()
 	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "gh"}, toAny(strings.Fields(readmeACL))...)...).Err(); err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestACLUser(t *testing.T) {
 	if err := os.WriteFile(pass, []byte("s3cret-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := &config.Cluster{Address: r.addr(), User: "gh", PasswordFile: pass, KeyPrefix: "test:", Instance: "a",
+	cfg := &config.Cluster{Address: r.Addr(), User: "gh", PasswordFile: pass, KeyPrefix: "test:", Instance: "a",
 		SecretFile: secretFile(t, "0123456789abcdef0123456789abcdef-acl")}
 	msgs := make(chan any, 1024)
 	s, err := Start(cfg, hclog.NewNullLogger(), func(m any) { msgs <- m })
@@ -63,7 +63,7 @@ func TestACLUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs2 := make(chan any, 1024)
-	s2, err := Start(&config.Cluster{Address: r.addr(), User: "gh", PasswordFile: pass, KeyPrefix: "test:", Instance: "b"}, hclog.NewNullLogger(), func(m any) { msgs2 <- m })
+	s2, err := Start(&config.Cluster{Address: r.Addr(), User: "gh", PasswordFile: pass, KeyPrefix: "test:", Instance: "b"}, hclog.NewNullLogger(), func(m any) { msgs2 <- m })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,8 @@
 package cluster
 
 import (
-	"net"
+	"github.com/gatehouse-dev/gatehouse/internal/redistest"
 	"net/netip"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,65 +10,18 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// redisServer is a redis-server on a loopback port, in a temporary
-// directory, persisting nothing.
-type redisServer struct {
-	t    *testing.T
-	port int
-	dir  string
-	cmd  *exec.Cmd
-}
+// redisServer is a redis-server on a loopback port (internal/redistest).
+type redisServer = redistest.Server
 
 // startRedis starts a redis-server, or skips the test without one.
-func startRedis(t *testing.T) *redisServer {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server is not installed (Debian package redis-server): the cluster store tests need one")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &redisServer{t: t, port: port, dir: t.TempDir()}
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-func (r *redisServer) start() {
-	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir)
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	for i := 0; i < 200; i++ {
-		if c, err := net.Dial("tcp", r.addr()); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r.t.Fatal("redis-server did not listen within 2s")
-}
-
-func (r *redisServer) stop() {
-	if r.cmd != nil {
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-		r.cmd = nil
-	}
-}
+func startRedis(t *testing.T) *redisServer { return redistest.Start(t) }
 
 // testStore starts a Store named instance on r whose posts arrive on the
 // returned channel.
 func testStore(t *testing.T, r *redisServer, instance string) (*Store, chan any) {
 	t.Helper()
 	msgs := make(chan any, 1024)
-	s, err := Start(&config.Cluster{Address: r.addr(), KeyPrefix: "test:", Instance: instance, StoreTimeout: config.DefaultStoreTimeout},
+	s, err := Start(&config.Cluster{Address: r.Addr(), KeyPrefix: "test:", Instance: instance, StoreTimeout: config.DefaultStoreTimeout},
 		hclog.NewNullLogger(), func(m any) { msgs <- m })
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +97,7 @@ func TestPenaltyShared(t *testing.T) {
 		t.Fatalf("b got %+v", p)
 	}
 	msgs := make(chan any, 1024)
-	c, err := Start(&config.Cluster{Address: r.addr(), KeyPrefix: "test:", Instance: "c2"}, hclog.NewNullLogger(), func(m any) { msgs <- m })
+	c, err := Start(&config.Cluster{Address: r.Addr(), KeyPrefix: "test:", Instance: "c2"}, hclog.NewNullLogger(), func(m any) { msgs <- m })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +113,7 @@ func TestPenaltyShared(t *testing.T) {
 func TestStoreDownAndBack(t *testing.T) {
 	r := startRedis(t)
 	s, msgs := testStore(t, r, "a")
-	r.stop()
+	r.Stop()
 	st := waitFor(t, msgs, func(m any) bool { _, ok := m.(State); return ok }).(State)
 	if st.Up || st.Err == "" {
 		t.Fatalf("after the store stopped: %+v", st)
@@ -178,7 +129,7 @@ func TestStoreDownAndBack(t *testing.T) {
 		}
 	case <-time.After(500 * time.Millisecond):
 	}
-	r.start()
+	r.Start()
 	waitFor(t, msgs, func(m any) bool { st, ok := m.(State); return ok && st.Up })
 	if !s.Up() {
 		t.Fatal("Up() false after the store came back")

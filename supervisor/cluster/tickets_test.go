@@ -17,7 +17,7 @@ import (
 func ticketStore(t *testing.T, r *redisServer, instance, secretFile string) (*Store, chan any) {
 	t.Helper()
 	msgs := make(chan any, 1024)
-	s, err := Start(&config.Cluster{Address: r.addr(), KeyPrefix: "test:", Instance: instance, SecretFile: secretFile},
+	s, err := Start(&config.Cluster{Address: r.Addr(), KeyPrefix: "test:", Instance: instance, SecretFile: secretFile},
 		hclog.NewNullLogger(), func(m any) { msgs <- m })
 	if err != nil {
 		t.Fatal(err)
