@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"golang.org/x/sys/unix"
@@ -86,6 +87,13 @@ func Start(opts Options) (*Client, string, error) {
 	if err := <-started; err != nil {
 		unix.Close(pair[0])
 		return nil, "", fmt.Errorf("starting spawner: %w", err)
+	}
+	// A spawner that hangs before its first message fails the start
+	// instead of holding it with nothing logged.
+	if err := waitReadable(c.fd, helloTimeout); err != nil {
+		syscall.Kill(c.pid, syscall.SIGKILL)
+		unix.Close(c.fd)
+		return nil, "", fmt.Errorf("spawner (pid %d) did not say hello: %w", c.pid, err)
 	}
 	hello, fds, err := recv(c.fd)
 	closeFDs(fds)
@@ -246,4 +254,28 @@ func (c *Client) Check(args []string) (flags uint64, missing []sandbox.Layer, er
 		return 0, missing, errors.New(m.Error)
 	}
 	return m.Cloneflags, missing, nil
+}
+
+// helloTimeout bounds the spawner's start: an exec and a few namespace
+// probes, well under a second on a loaded machine.
+const helloTimeout = 30 * time.Second
+
+// waitReadable waits until fd is readable or closed, at most limit.
+func waitReadable(fd int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("no message within %v", limit)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		switch {
+		case err == unix.EINTR:
+		case err != nil:
+			return os.NewSyscallError("poll", err)
+		case n > 0:
+			return nil
+		}
+	}
 }

@@ -181,3 +181,26 @@ func TestAmbientSysAdmin(t *testing.T) {
 		}
 	}
 }
+
+// A spawner that never speaks fails the wait within its bound; one that
+// speaks, or closes its end, ends it at once.
+func TestWaitReadable(t *testing.T) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pair[0])
+	if err := waitReadable(pair[0], 50*time.Millisecond); err == nil {
+		t.Fatal("silent peer: no error")
+	}
+	if _, err := unix.Write(pair[1], []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitReadable(pair[0], 10*time.Second); err != nil {
+		t.Fatalf("peer spoke: %v", err)
+	}
+	unix.Close(pair[1])
+	if err := waitReadable(pair[0], 10*time.Second); err != nil {
+		t.Fatalf("peer closed: %v", err)
+	}
+}

@@ -119,8 +119,15 @@ func startOps(t *testing.T, dir string, o opsOptions) *proc {
 	case p.addr = <-addrc:
 	case <-p.exited:
 		t.Fatalf("gatehouse exited: %v\n%s", p.err, p.log())
-	case <-time.After(20 * time.Second):
-		t.Fatalf("gatehouse did not listen within 20s\n%s", p.log())
+	case <-time.After(45 * time.Second):
+		// Go prints every goroutine's stack on SIGQUIT: the log then
+		// says where the start hung.
+		cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("gatehouse did not listen within 45s\n%s", p.log())
 	}
 	return p
 }
