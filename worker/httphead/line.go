@@ -33,7 +33,7 @@ func readLine(r *bufio.Reader, max int, scratch *[]byte) ([]byte, error) {
 	acc := (*scratch)[:0]
 	defer func() { *scratch = acc[:0] }()
 	for {
-		if err := fillLine(r, len(acc) > 0 && acc[len(acc)-1] == '\r'); err != nil {
+		if err := fillLine(r, len(acc) > 0 && acc[len(acc)-1] == '\r', max-len(acc)); err != nil {
 			if _, ok := err.(*Error); ok {
 				return acc, err
 			}
@@ -68,24 +68,36 @@ func readLine(r *bufio.Reader, max int, scratch *[]byte) ([]byte, error) {
 
 // fillLine reads into r's buffer until it holds an LF or is full, and
 // returns nil then. It returns a *Error as soon as the buffered part of the
-// line holds a NUL or a CR followed by another byte (prevCR: the line so far
-// ends in CR), and the read error, if reading stops before.
-func fillLine(r *bufio.Reader, prevCR bool) error {
+// line holds a NUL or a CR followed by a byte other than LF (prevCR: the
+// line so far ends in CR), and the read error, if reading stops before.
+//
+// It looks at no byte at or past limit, the line's remaining length: the
+// first fault by position decides a line's verdict, an overlong line's
+// being at limit, so that the verdict does not depend on the buffer's size.
+func fillLine(r *bufio.Reader, prevCR bool, limit int) error {
 	scanned := 0
 	for {
 		n := r.Buffered()
 		buf, _ := r.Peek(n)
-		if bytes.IndexByte(buf[scanned:], '\n') >= 0 || n == r.Size() {
-			return nil
+		end := min(n, limit)
+		lf := bytes.IndexByte(buf[scanned:], '\n')
+		if lf >= 0 {
+			end = min(end, scanned+lf)
 		}
-		for i := scanned; i < n; i++ {
+		if prevCR && n > 0 && buf[0] != '\n' {
+			return newError(CodeBareCR, "CR not followed by LF")
+		}
+		for i := scanned; i < end; i++ {
 			switch c := buf[i]; {
 			case c == 0:
 				return newError(CodeNULByte, fmt.Sprintf("NUL at offset %d of a line", i))
-			case i == 0 && prevCR, c == '\r' && i+1 < n:
-				// No LF is buffered, so whatever follows this CR is not one.
+			case c == '\r' && i+1 < n && buf[i+1] != '\n':
 				return newError(CodeBareCR, "CR not followed by LF")
 			}
+		}
+		// A line ending in CR needs the next byte even at its limit.
+		if lf >= 0 || n == r.Size() || n >= limit && (n > 0 || !prevCR) {
+			return nil
 		}
 		// A trailing CR is decided by the next byte; scan it again.
 		scanned = n
