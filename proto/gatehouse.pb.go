@@ -1484,9 +1484,12 @@ func (x *Reclaimed) GetUpstream() string {
 // X-Forwarded-For names in the head it saw for this dispatch. Field 3 once
 // let the worker relay X-Forwarded-For, which let it name any key.
 type RateCheck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
-	Class         string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ConnId uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Class  string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	// peek asks whether a request would be allowed, charging nothing: basic
+	// auth asks before it runs bcrypt, and charges only a failure.
+	Peek          bool `protobuf:"varint,4,opt,name=peek,proto3" json:"peek,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1533,6 +1536,13 @@ func (x *RateCheck) GetClass() string {
 		return x.Class
 	}
 	return ""
+}
+
+func (x *RateCheck) GetPeek() bool {
+	if x != nil {
+		return x.Peek
+	}
+	return false
 }
 
 // RateReply answers RateCheck.
@@ -3046,10 +3056,11 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\aReclaim\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\"'\n" +
 	"\tReclaimed\x12\x1a\n" +
-	"\bupstream\x18\x01 \x01(\tR\bupstream\"O\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\"c\n" +
 	"\tRateCheck\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x14\n" +
-	"\x05class\x18\x02 \x01(\tR\x05classJ\x04\b\x03\x10\x04R\rforwarded_for\"K\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x12\n" +
+	"\x04peek\x18\x04 \x01(\bR\x04peekJ\x04\b\x03\x10\x04R\rforwarded_for\"K\n" +
 	"\tRateReply\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12$\n" +
 	"\x0eretry_after_ms\x18\x02 \x01(\x04R\fretryAfterMs\"\x0e\n" +

@@ -168,7 +168,7 @@ var workerFrames = map[string]frameRule{
 			return ""
 		},
 		handle: func(d *dispatcher, w *workerProc, f *proto.Frame, c *conn, now time.Time) bool {
-			d.rateCheck(w, f.GetId(), c, f.GetRateCheck().GetClass(), now)
+			d.rateCheck(w, f.GetId(), c, f.GetRateCheck().GetClass(), f.GetRateCheck().GetPeek(), now)
 			return true
 		},
 	},

@@ -30,12 +30,16 @@ const maxForwardedFor = 32
 // The local bucket is always charged: it counts this instance's requests
 // only, so it refuses only what the shared bucket would refuse too, and it
 // is up to date the moment the store goes away. What it allows, the cluster
-// store decides when there is one (askStore).
-func (d *dispatcher) rateCheck(w *workerProc, id uint64, c *conn, class string, now time.Time) {
+// store decides when there is one (askStore). A peek charges neither.
+func (d *dispatcher) rateCheck(w *workerProc, id uint64, c *conn, class string, peek bool, now time.Time) {
 	rl := d.cfg.RateLimitByName(class)
 	key := d.rateKey(c)
-	ok, wait := d.limiter.Take(key, rl, now)
-	if ok && d.askStore(w, id, key, rl, now) {
+	take := d.limiter.Take
+	if peek {
+		take = d.limiter.Peek
+	}
+	ok, wait := take(key, rl, now)
+	if ok && d.askStore(w, id, key, rl, peek, now) {
 		return // the worker's slot is held until the answer
 	}
 	d.rateAnswer(w, id, ok, wait)
@@ -158,13 +162,13 @@ type pendingRate struct {
 // askStore queues a check the local bucket allowed to the store and
 // reports whether it did; when it did not (no store, store down, queue
 // full) the local decision stands.
-func (d *dispatcher) askStore(w *workerProc, id uint64, key netip.Addr, rl *config.RateLimit, now time.Time) bool {
+func (d *dispatcher) askStore(w *workerProc, id uint64, key netip.Addr, rl *config.RateLimit, peek bool, now time.Time) bool {
 	if d.store == nil {
 		return false
 	}
 	if d.storeUp {
 		token := d.ratePending.Add(pendingRate{slot: w.slot, gen: w.gen, id: id}, now)
-		if d.store.Rate(cluster.RateReq{Token: token, Class: rl.Name, Client: key.String(), Interval: rl.Per / time.Duration(rl.Rate), Burst: rl.Burst}) {
+		if d.store.Rate(cluster.RateReq{Token: token, Class: rl.Name, Client: key.String(), Interval: rl.Per / time.Duration(rl.Rate), Burst: rl.Burst, Peek: peek}) {
 			return true
 		}
 		d.ratePending.Take(token)

@@ -357,10 +357,10 @@ func (cs *connServer) runHandler(rt *route, rw *response, req *http.Request) (ok
 	return true
 }
 
-// chargeFailure charges a failed login to its class at the supervisor
-// (access.Charge).
-func (cs *connServer) chargeFailure(ctx context.Context, class string) (time.Duration, bool) {
-	m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: class}
+// chargeFailure charges a failed login to its class at the supervisor, or
+// peeks at it (access.Charge).
+func (cs *connServer) chargeFailure(ctx context.Context, class string, peek bool) (time.Duration, bool) {
+	m := &proto.RateCheck{ConnId: cs.d.GetConnId(), Class: class, Peek: peek}
 	r, err := cs.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_RateCheck{RateCheck: m}}, nil)
 	if err != nil || r.f.GetRateReply().GetAllowed() {
 		return 0, false

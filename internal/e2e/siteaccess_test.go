@@ -234,12 +234,11 @@ func TestBasicAuthAgainstNginx(t *testing.T) {
 	file := filepath.Join(dir, "users")
 	htpasswd(t, file, "alice", "wonder land")
 	htpasswd(t, file, "bob", "b:colon")
-	// One worker: a worker learns a client is over its class from its own
-	// refused charge (README), so the throttled client's last request must
-	// meet the worker that refused it.
+	// Two workers: the class is the supervisor's and asked before every
+	// bcrypt run, so a client over it is refused at either.
 	h := start(t, fmt.Sprintf(`
 workers {
-  count = 1
+  count = 2
 }
 rate_limit "login" {
   prefix = "/login"
@@ -292,7 +291,8 @@ route "/private/" {
 	}
 
 	// Guessing from 127.0.0.5: three failures fill the burst, the fourth
-	// is refused before any bcrypt run, right credentials included.
+	// is refused before any bcrypt run, right credentials included, at
+	// whichever worker serves it.
 	wrong := basicAuth("alice", "guess")
 	var got []int
 	for range 4 {

@@ -15,11 +15,12 @@ import (
 // at once are counted as two. The store's clock (TIME) is the only one
 // read, so instances whose clocks differ still agree.
 //
-// ARGV[1] is the emission interval (per/rate) in microseconds and ARGV[2]
-// the burst. A client may run ahead of its rate by burst-1 intervals; a
-// request that would go further is refused, the TAT unchanged, with the
-// microseconds until it would be allowed. The key expires once the bucket
-// is full again, so idle clients cost the store nothing.
+// ARGV[1] is the emission interval (per/rate) in microseconds, ARGV[2]
+// the burst and ARGV[3] 1 for a peek, which answers and charges nothing. A
+// client may run ahead of its rate by burst-1 intervals; a request that
+// would go further is refused, the TAT unchanged, with the microseconds
+// until it would be allowed. The key expires once the bucket is full
+// again, so idle clients cost the store nothing.
 var rateScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -29,6 +30,9 @@ local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
 if tat - now > tolerance then
   return {0, tat - now - tolerance}
+end
+if ARGV[3] == '1' then
+  return {1, 0}
 end
 tat = tat + interval
 redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
@@ -44,6 +48,8 @@ type RateReq struct {
 	// Interval is the rate limit's per/rate, Burst its bucket size.
 	Interval time.Duration
 	Burst    int
+	// Peek asks whether the request would be allowed, charging nothing.
+	Peek bool
 }
 
 // RateResult is the store's decision on a RateReq, or why there is none.
@@ -102,7 +108,11 @@ func (s *Store) runRates(batch []RateReq, cmds []*redis.Cmd) []*redis.Cmd {
 	pipe := s.rdb.Pipeline()
 	for _, r := range batch {
 		us := max(1, r.Interval.Microseconds())
-		cmds = append(cmds, rateScript.EvalSha(ctx, pipe, []string{s.key("rl:" + r.Class + ":" + r.Client)}, us, r.Burst))
+		peek := 0
+		if r.Peek {
+			peek = 1
+		}
+		cmds = append(cmds, rateScript.EvalSha(ctx, pipe, []string{s.key("rl:" + r.Class + ":" + r.Client)}, us, r.Burst, peek))
 	}
 	_, err := pipe.Exec(ctx)
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {

@@ -50,7 +50,14 @@ func waitFor(t *testing.T, msgs chan any, match func(any) bool) any {
 
 func rate(t *testing.T, s *Store, msgs chan any, token uint64, client string) RateResult {
 	t.Helper()
-	if !s.Rate(RateReq{Token: token, Class: "login", Client: client, Interval: 20 * time.Second, Burst: 3}) {
+	return ask(t, s, msgs, RateReq{Token: token, Class: "login", Client: client, Interval: 20 * time.Second, Burst: 3})
+}
+
+// ask queues req and returns the store's decision on it.
+func ask(t *testing.T, s *Store, msgs chan any, req RateReq) RateResult {
+	t.Helper()
+	token := req.Token
+	if !s.Rate(req) {
 		t.Fatal("Rate refused a request while the store is up")
 	}
 	res := waitFor(t, msgs, func(m any) bool { r, ok := m.(RateResult); return ok && r.Token == token }).(RateResult)
@@ -81,6 +88,29 @@ func TestRateShared(t *testing.T) {
 	}
 	if !rate(t, b, bm, 11, "192.0.2.2").Allowed {
 		t.Fatal("another client was refused")
+	}
+}
+
+// A peek answers as a charge would and charges nothing: three peeks leave
+// the whole burst, and once it is spent a peek is refused too.
+func TestRatePeek(t *testing.T) {
+	r := startRedis(t)
+	a, am := testStore(t, r, "a")
+	peek := func(token uint64) RateResult {
+		return ask(t, a, am, RateReq{Token: token, Class: "login", Client: "192.0.2.1", Interval: 20 * time.Second, Burst: 3, Peek: true})
+	}
+	for i := range 3 {
+		if !peek(uint64(100 + i)).Allowed {
+			t.Fatalf("peek %d on a full bucket refused", i)
+		}
+	}
+	for i, want := range []bool{true, true, true, false} {
+		if got := rate(t, a, am, uint64(i+1), "192.0.2.1"); got.Allowed != want {
+			t.Fatalf("charge %d after the peeks: allowed %v, want %v", i, got.Allowed, want)
+		}
+	}
+	if got := peek(200); got.Allowed || got.RetryAfter < 19*time.Second {
+		t.Fatalf("peek on a spent bucket: %+v, want refused with about 20s to wait", got)
 	}
 }
 

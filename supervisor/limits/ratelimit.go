@@ -68,6 +68,22 @@ func (l *Limiter) Take(client netip.Addr, rl *config.RateLimit, now time.Time) (
 	return false, time.Duration((1 - b.tokens) * float64(perToken))
 }
 
+// Peek reports what Take would, charging nothing and keeping no new
+// bucket: a client without one has a full bucket.
+func (l *Limiter) Peek(client netip.Addr, rl *config.RateLimit, now time.Time) (bool, time.Duration) {
+	el := l.buckets[bucketKey{client: client, class: rl.Name}]
+	if el == nil {
+		return rl.Burst >= 1, 0
+	}
+	perToken := rl.Per / time.Duration(rl.Rate)
+	b := el.Value.(*bucket)
+	tokens := min(float64(rl.Burst), b.tokens+float64(now.Sub(b.last))/float64(perToken))
+	if tokens >= 1 {
+		return true, 0
+	}
+	return false, time.Duration((1 - tokens) * float64(perToken))
+}
+
 func (l *Limiter) evict() {
 	if el := l.lru.Back(); el != nil {
 		delete(l.buckets, l.lru.Remove(el).(*bucket).key)

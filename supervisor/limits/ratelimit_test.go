@@ -52,6 +52,35 @@ func TestTokenBucketRefill(t *testing.T) {
 	}
 }
 
+// Peek answers as Take would and charges nothing, nor keeps a bucket for
+// a client that has none.
+func TestLimiterPeek(t *testing.T) {
+	l := NewLimiter(100)
+	c := testAddr("192.0.2.1")
+	t0 := time.Unix(1_700_000_000, 0)
+	if ok, _ := l.Peek(c, loginClass, t0); !ok || l.Len() != 0 {
+		t.Fatalf("peek at a new client: %v, %d buckets; want allowed, none kept", ok, l.Len())
+	}
+	for i := range loginClass.Burst {
+		if ok, _ := l.Peek(c, loginClass, t0); !ok {
+			t.Fatalf("peek before take %d refused", i)
+		}
+		if ok, _ := l.Take(c, loginClass, t0); !ok {
+			t.Fatalf("take %d refused", i)
+		}
+	}
+	ok, wait := l.Peek(c, loginClass, t0.Add(time.Second))
+	if ok || (wait-2*time.Second).Abs() > time.Millisecond {
+		t.Fatalf("peek at an empty bucket: %v, %v; want refused, 2s", ok, wait)
+	}
+	if ok, _ := l.Peek(c, loginClass, t0.Add(3*time.Second)); !ok {
+		t.Fatal("peek after a refill refused")
+	}
+	if ok, _ := l.Take(c, loginClass, t0.Add(3*time.Second)); !ok {
+		t.Fatal("the peeks spent the refilled token")
+	}
+}
+
 func TestBucketsPerClientAndClass(t *testing.T) {
 	l := NewLimiter(100)
 	now := time.Unix(1_700_000_000, 0)

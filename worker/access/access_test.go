@@ -40,24 +40,31 @@ func TestClientAddr(t *testing.T) {
 	}
 }
 
-// TestBasicAuthTables checks the verified table, the charge of a failure
-// and the throttle it leaves: a refused client gets 429 without a bcrypt
-// run or another charge until its time, and no other client does.
+// TestBasicAuthTables checks the verified table, the peek before a bcrypt
+// run, the charge of a failure and the throttle a refusal leaves: a refused
+// client gets 429 without a bcrypt run or another call until its time, and
+// no other client does; a client over its class at the supervisor gets 429
+// at a worker that never saw it, right credentials included.
 func TestBasicAuthTables(t *testing.T) {
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret:x"), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := NewBasicAuth(&config.BasicAuth{Realm: "staff only", FailClass: "login", Users: []config.HtpasswdUser{{Name: "alice", Hash: string(hash)}}})
-	charges, refuse := 0, false
-	charge := func(_ context.Context, class string) (time.Duration, bool) {
+	cfg := &config.BasicAuth{Realm: "staff only", FailClass: "login", Users: []config.HtpasswdUser{{Name: "alice", Hash: string(hash)}}}
+	a := NewBasicAuth(cfg)
+	charges, peeks, refuse := 0, 0, false
+	charge := func(_ context.Context, class string, peek bool) (time.Duration, bool) {
 		if class != "login" {
 			t.Errorf("charged to %q, want login", class)
 		}
-		charges++
+		if peek {
+			peeks++
+		} else {
+			charges++
+		}
 		return 2500 * time.Millisecond, refuse
 	}
-	try := func(client, user, pass string) (*httptest.ResponseRecorder, bool) {
+	try := func(a *BasicAuth, client, user, pass string) (*httptest.ResponseRecorder, bool) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.SetBasicAuth(user, pass)
 		rec := httptest.NewRecorder()
@@ -69,27 +76,33 @@ func TestBasicAuthTables(t *testing.T) {
 		return rec, ref.Status == 0
 	}
 	for range 2 {
-		if _, ok := try("192.0.2.1", "alice", "s3cret:x"); !ok {
+		if _, ok := try(a, "192.0.2.1", "alice", "s3cret:x"); !ok {
 			t.Fatal("valid credentials refused")
 		}
 	}
-	if len(a.verified) != 1 {
-		t.Errorf("%d verified credentials remembered, want 1", len(a.verified))
+	if len(a.verified) != 1 || peeks != 1 || charges != 0 {
+		t.Errorf("%d verified credentials remembered, %d peeks, %d charges; want 1, 1, 0", len(a.verified), peeks, charges)
 	}
-	rec, ok := try("192.0.2.1", "alice", "wrong")
-	if ok || rec.Code != http.StatusUnauthorized || rec.Header().Get("Www-Authenticate") != `Basic realm="staff only"` || charges != 1 {
-		t.Errorf("wrong password: admitted %v, %d, WWW-Authenticate %q, %d charges", ok, rec.Code, rec.Header().Get("Www-Authenticate"), charges)
+	rec, ok := try(a, "192.0.2.1", "alice", "wrong")
+	if ok || rec.Code != http.StatusUnauthorized || rec.Header().Get("Www-Authenticate") != `Basic realm="staff only"` || peeks != 2 || charges != 1 {
+		t.Errorf("wrong password: admitted %v, %d, WWW-Authenticate %q, %d peeks, %d charges", ok, rec.Code, rec.Header().Get("Www-Authenticate"), peeks, charges)
 	}
 	refuse = true
-	rec, ok = try("192.0.2.1", "alice", "wrong")
-	if ok || rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "3" || charges != 2 {
-		t.Errorf("refused charge: admitted %v, %d, Retry-After %q, %d charges", ok, rec.Code, rec.Header().Get("Retry-After"), charges)
+	rec, ok = try(a, "192.0.2.1", "alice", "wrong")
+	if ok || rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "3" || peeks != 3 || charges != 1 {
+		t.Errorf("refused peek: admitted %v, %d, Retry-After %q, %d peeks, %d charges", ok, rec.Code, rec.Header().Get("Retry-After"), peeks, charges)
 	}
-	rec, ok = try("192.0.2.1", "alice", "s3cret:x")
-	if ok || rec.Code != http.StatusTooManyRequests || charges != 2 {
-		t.Errorf("throttled client: admitted %v, %d, %d charges", ok, rec.Code, charges)
+	rec, ok = try(a, "192.0.2.1", "alice", "s3cret:x")
+	if ok || rec.Code != http.StatusTooManyRequests || peeks != 3 || charges != 1 {
+		t.Errorf("throttled client: admitted %v, %d, %d peeks, %d charges", ok, rec.Code, peeks, charges)
 	}
-	if _, ok := try("192.0.2.2", "alice", "s3cret:x"); !ok {
+	// Another worker, which never refused this client.
+	b := NewBasicAuth(cfg)
+	if rec, ok := try(b, "192.0.2.1", "alice", "s3cret:x"); ok || rec.Code != http.StatusTooManyRequests || len(b.verified) != 0 {
+		t.Errorf("client over its class at a fresh worker: admitted %v, %d, %d verified", ok, rec.Code, len(b.verified))
+	}
+	refuse = false
+	if _, ok := try(a, "192.0.2.2", "alice", "s3cret:x"); !ok {
 		t.Error("another client was throttled")
 	}
 }

@@ -20,7 +20,9 @@ import (
 // in check: credentials that verified are remembered (browsers send them
 // with every request), and a client whose failures ran out its fail_class
 // bucket is answered 429 without a bcrypt run until the supervisor's
-// Retry-After has passed.
+// Retry-After has passed. The bucket is the supervisor's, asked before
+// every bcrypt run, so that it bounds a client's guesses at all workers
+// together.
 
 // Bounds of a BasicAuth's tables; at the bound a table is emptied, which
 // costs the next requests a bcrypt run each, never a wrong answer.
@@ -65,18 +67,25 @@ func NewBasicAuth(cfg *config.BasicAuth) *BasicAuth {
 	return a
 }
 
-// verify reports whether name and password match an entry.
+// remembered reports whether name and password verified before.
+func (a *BasicAuth) remembered(name, password string) bool {
+	hash, known := a.users[name]
+	if !known {
+		return false
+	}
+	key := credentialKey(name, password, hash)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.verified[key]
+	return ok
+}
+
+// verify runs bcrypt: it reports whether name and password match an
+// entry, and remembers them if they do.
 func (a *BasicAuth) verify(name, password string) bool {
 	hash, known := a.users[name]
 	if !known {
 		hash = a.decoy
-	}
-	key := credentialKey(name, password, hash)
-	a.mu.Lock()
-	_, ok := a.verified[key]
-	a.mu.Unlock()
-	if ok {
-		return known
 	}
 	if hash == nil || bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || !known {
 		return false
@@ -85,7 +94,7 @@ func (a *BasicAuth) verify(name, password string) bool {
 	if len(a.verified) >= maxVerifiedCredentials {
 		clear(a.verified)
 	}
-	a.verified[key] = struct{}{}
+	a.verified[credentialKey(name, password, hash)] = struct{}{}
 	a.mu.Unlock()
 	return true
 }
@@ -131,10 +140,11 @@ func (a *BasicAuth) throttle(client netip.Addr, until time.Time) {
 }
 
 // Charge charges a failed attempt to the rate limit class at the
-// supervisor, against the key it derives itself. refused reports that the
-// client is over the class, retryAfter how long until it has a token again;
-// a charge that could not be made refuses nothing.
-type Charge func(ctx context.Context, class string) (retryAfter time.Duration, refused bool)
+// supervisor, against the key it derives itself; with peek it charges
+// nothing and asks whether the client has a token left. refused reports
+// that the client is over the class, retryAfter how long until it has a
+// token again; a charge that could not be made refuses nothing.
+type Charge func(ctx context.Context, class string, peek bool) (retryAfter time.Duration, refused bool)
 
 // Refusal is the answer to a request the access phase refuses, which the
 // caller writes (as a handler would, the connection kept): its status, the
@@ -149,26 +159,44 @@ type Refusal struct {
 // Authorize refuses a request without valid credentials: 401 with the
 // challenge, or 429 once the client's failures ran out its fail_class
 // bucket. Each failure (credentials sent that do not verify) is charged to
-// that class by charge. It returns the zero Refusal when the request may
-// go on.
+// that class by charge, and before a bcrypt run charge is asked whether a
+// token is left: a client over its class learns nothing of its guess at any
+// worker. It returns the zero Refusal when the request may go on.
 func (a *BasicAuth) Authorize(ctx context.Context, req *http.Request, client netip.Addr, charge Charge) Refusal {
 	name, password, sent := req.BasicAuth()
 	if sent {
 		if d := a.throttledFor(client, time.Now()); d > 0 {
 			return tooManyAttempts(d)
 		}
+		if a.remembered(name, password) {
+			return Refusal{}
+		}
+		if ref, refused := a.ask(ctx, client, charge, true); refused {
+			return ref
+		}
 		if a.verify(name, password) {
 			return Refusal{}
 		}
-		if a.failClass != "" {
-			if d, refused := charge(ctx, a.failClass); refused {
-				d = max(d, time.Second)
-				a.throttle(client, time.Now().Add(d))
-				return tooManyAttempts(d)
-			}
+		if ref, refused := a.ask(ctx, client, charge, false); refused {
+			return ref
 		}
 	}
 	return Refusal{Status: http.StatusUnauthorized, Field: "Www-Authenticate", Value: a.challenge, Text: "401 unauthorized"}
+}
+
+// ask peeks at or charges the fail_class bucket, and throttles client
+// when it is empty.
+func (a *BasicAuth) ask(ctx context.Context, client netip.Addr, charge Charge, peek bool) (Refusal, bool) {
+	if a.failClass == "" {
+		return Refusal{}, false
+	}
+	d, refused := charge(ctx, a.failClass, peek)
+	if !refused {
+		return Refusal{}, false
+	}
+	d = max(d, time.Second)
+	a.throttle(client, time.Now().Add(d))
+	return tooManyAttempts(d), true
 }
 
 // tooManyAttempts is 429 with Retry-After in whole seconds.
