@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Penalties are shared as one key per penalized client key, which expires
@@ -65,33 +67,57 @@ func (s *Store) penaltyPublisher() {
 }
 
 // subscriber passes other instances' penalties to the loop. The client
-// library keeps the subscription across reconnects; what is published
-// while it is down is read back by loadPenalties.
+// library keeps the subscription across reconnects of its own connection,
+// which may drop while the store stays up for every other call: what was
+// published before the subscription took, at start or after a drop, is
+// read back from the keys (loadPenalties) each time it does.
 func (s *Store) subscriber() {
 	defer s.wg.Done()
 	ps := s.rdb.Subscribe(s.ctx, s.penaltyChannel())
 	defer ps.Close()
-	ch := ps.Channel()
+	ch := ps.ChannelWithSubscriptions()
 	for {
+		var m any
 		select {
 		case <-s.ctx.Done():
 			return
-		case m, ok := <-ch:
+		case v, ok := <-ch:
 			if !ok {
 				return
 			}
-			f := strings.Fields(m.Payload)
-			if len(f) != 3 || f[2] == s.cfg.Instance {
+			m = v
+		}
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
 				continue
 			}
-			a, err1 := netip.ParseAddr(f[0])
-			ms, err2 := strconv.ParseInt(f[1], 10, 64)
-			if err1 != nil || err2 != nil || ms <= 0 {
-				continue
+			ctx, cancel := context.WithTimeout(s.ctx, callTimeout)
+			if err := s.loadPenalties(ctx); err != nil {
+				s.log.Debug("reading penalties once subscribed failed", "error", err)
 			}
-			s.post(Penalty{Client: a, Remaining: time.Duration(ms) * time.Millisecond, From: f[2]})
+			cancel()
+		case *redis.Message:
+			if p, ok := s.parsePenalty(m.Payload); ok {
+				s.post(p)
+			}
 		}
 	}
+}
+
+// parsePenalty reads a published "client milliseconds instance"; a
+// malformed one, or this instance's own, is dropped.
+func (s *Store) parsePenalty(payload string) (Penalty, bool) {
+	f := strings.Fields(payload)
+	if len(f) != 3 || f[2] == s.cfg.Instance {
+		return Penalty{}, false
+	}
+	a, err1 := netip.ParseAddr(f[0])
+	ms, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || ms <= 0 {
+		return Penalty{}, false
+	}
+	return Penalty{Client: a, Remaining: time.Duration(ms) * time.Millisecond, From: f[2]}, true
 }
 
 // loadPenalties posts every penalty in the store that another instance

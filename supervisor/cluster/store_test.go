@@ -1,13 +1,14 @@
 package cluster
 
 import (
-	"github.com/gatehouse-dev/gatehouse/internal/redistest"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/redistest"
 	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
 )
 
 // redisServer is a redis-server on a loopback port (internal/redistest).
@@ -135,6 +136,29 @@ func TestPenaltyShared(t *testing.T) {
 	p = waitFor(t, msgs, func(m any) bool { _, ok := m.(Penalty); return ok }).(Penalty)
 	if p.Client != client || p.From != "a" {
 		t.Fatalf("an instance connecting later got %+v", p)
+	}
+}
+
+// The subscription's own connection may drop while the store stays up:
+// what was imposed meanwhile, and reached the keys only, is read back once
+// the subscription is back.
+func TestPenaltyAfterSubscriptionDropped(t *testing.T) {
+	r := startRedis(t)
+	_, am := testStore(t, r, "a")
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rdb.Close()
+	ctx := t.Context()
+	// Imposed by "b" while a's subscription is away: the key, and a
+	// message a cannot have heard.
+	if err := rdb.Set(ctx, "test:pen:192.0.2.7", "b", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := waitFor(t, am, func(m any) bool { p, ok := m.(Penalty); return ok && p.Client.String() == "192.0.2.7" }).(Penalty)
+	if p.From != "b" || p.Remaining <= 50*time.Second {
+		t.Fatalf("a got %+v", p)
 	}
 }
 
