@@ -278,11 +278,26 @@ func tlsPlaintextHeld(t *testing.T, later int) {
 	hc := &tlsHotClient{t: t, raw: raw, c: c, br: bufio.NewReader(c)}
 	hc.get("request 1")
 
+	writeSplitRecords(t, c, raw, "/ok", later)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := 0; i < 1+later; i++ {
+		hc.read(fmt.Sprintf("pipelined request %d of %d", i+1, 1+later))
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	hc.get("a request after them")
+}
+
+// writeSplitRecords sends, as exactly two TLS records written at once, a
+// request for path whose head ends in the second record, followed there by
+// later more requests filling it: the second record is complete in the
+// socket when the first's partial head is read.
+func writeSplitRecords(t *testing.T, c *tls.Conn, raw *holdConn, path string, later int) {
+	t.Helper()
 	const recordMax = 16 << 10
-	partial := "GET /ok HTTP/1.1\r\nHost: rsa.test\r\n" // its head ends in the next record
+	partial := "GET " + path + " HTTP/1.1\r\nHost: rsa.test\r\n"
 	next := "\r\n"
 	for i := 0; i < later; i++ {
-		req := "GET /ok HTTP/1.1\r\nHost: rsa.test\r\nX-Pad: "
+		req := "GET " + path + " HTTP/1.1\r\nHost: rsa.test\r\nX-Pad: "
 		pad := (recordMax-2)/later - len(req) - 4
 		if i == later-1 {
 			pad = recordMax - len(next) - len(req) - 4
@@ -292,8 +307,6 @@ func tlsPlaintextHeld(t *testing.T, later int) {
 	if len(next) != recordMax {
 		t.Fatalf("the second record's plaintext is %d bytes, want %d", len(next), recordMax)
 	}
-	// Both records in one write: the second is complete in the socket when
-	// the first's partial head is read.
 	raw.holding = true
 	io.WriteString(c, partial)
 	io.WriteString(c, next)
@@ -306,10 +319,4 @@ func tlsPlaintextHeld(t *testing.T, later int) {
 	if _, err := raw.Conn.Write(held); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for i := 0; i < 1+later; i++ {
-		hc.read(fmt.Sprintf("pipelined request %d of %d", i+1, 1+later))
-	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	hc.get("a request after them")
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"crypto/tls"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -98,32 +97,8 @@ func TestTLSStreamPlaintextHeldInsideCryptoTLS(t *testing.T) {
 	io.WriteString(c, streamGet)
 	readStreamOK(t, br, true, "request 1")
 
-	const recordMax, later = 16 << 10, 4
-	partial := "GET /stream/ok HTTP/1.1\r\nHost: rsa.test\r\n" // its head ends in the next record
-	next := "\r\n"
-	for i := 0; i < later; i++ {
-		req := "GET /stream/ok HTTP/1.1\r\nHost: rsa.test\r\nX-Pad: "
-		pad := (recordMax-2)/later - len(req) - 4
-		if i == later-1 {
-			pad = recordMax - len(next) - len(req) - 4
-		}
-		next += req + strings.Repeat("p", pad) + "\r\n\r\n"
-	}
-	if len(next) != recordMax {
-		t.Fatalf("the second record's plaintext is %d bytes, want %d", len(next), recordMax)
-	}
-	raw.holding = true
-	io.WriteString(c, partial)
-	io.WriteString(c, next)
-	raw.holding = false
-	held := raw.held
-	first := 5 + int(binary.BigEndian.Uint16(held[3:5]))
-	if len(held) < first+5 || len(held) != first+5+int(binary.BigEndian.Uint16(held[first+3:first+5])) {
-		t.Fatalf("the two writes are not two records: %d bytes, first %d", len(held), first)
-	}
-	if _, err := raw.Conn.Write(held); err != nil {
-		t.Fatal(err)
-	}
+	const later = 4
+	writeSplitRecords(t, c, raw, "/stream/ok", later)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for i := 0; i < 1+later; i++ {
 		readStreamOK(t, br, true, fmt.Sprintf("pipelined request %d of %d", i+1, 1+later))
