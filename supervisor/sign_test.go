@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/testcert"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
@@ -37,8 +38,8 @@ func tlsLoop(t *testing.T, workers int) *tlsHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []crypto.Signer{writeKeyPair(t, dir, "ec.test", false), writeKeyPair(t, dir, "rsa.test", true), p384}
-	writeCertificate(t, dir, "p384.test", p384)
+	keys := []crypto.Signer{testcert.WritePair(t, dir, "ec.test", false), testcert.WritePair(t, dir, "rsa.test", true), p384}
+	testcert.Write(t, dir, "p384.test", p384)
 	var blocks string
 	for _, name := range []string{"ec", "rsa", "p384"} {
 		blocks += fmt.Sprintf("    certificate %q {\n      cert = %q\n      key  = %q\n    }\n", name,

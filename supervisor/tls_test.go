@@ -1,68 +1,26 @@
 package supervisor
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/testcert"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
-
-// writeKeyPair writes a self-signed certificate and its key for name under
-// dir and returns the key.
-func writeKeyPair(t *testing.T, dir, name string, rsaKey bool) crypto.Signer {
-	t.Helper()
-	var key crypto.Signer
-	var err error
-	if rsaKey {
-		key, err = rsa.GenerateKey(rand.Reader, 2048)
-	} else {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeCertificate(t, dir, name, key)
-	return key
-}
-
-// writeCertificate writes a self-signed certificate for name with key, and
-// the key, under dir.
-func writeCertificate(t *testing.T, dir, name string, key crypto.Signer) {
-	t.Helper()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p8, _ := x509.MarshalPKCS8PrivateKey(key)
-	os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), 0o600)
-}
 
 // oneCertificate is the ring of a TLS listener "https" with one
 // certificate, ec.test's.
 func oneCertificate(t *testing.T) *secrets.Ring {
 	t.Helper()
 	dir := t.TempDir()
-	writeKeyPair(t, dir, "ec.test", false)
+	testcert.WritePair(t, dir, "ec.test", false)
 	src := fmt.Sprintf("listener \"https\" {\n  address = \"127.0.0.1:0\"\n  tls {\n    certificate \"ec\" {\n      cert = %q\n      key  = %q\n    }\n  }\n}\n"+
 		"route \"/\" {\n  respond {\n    body = \"x\"\n  }\n}\n", filepath.Join(dir, "ec.test.pem"), filepath.Join(dir, "ec.test.key"))
 	cfg, err := config.Parse([]byte(src), "tls.hcl", config.ParseOptions{BaseDir: dir})
@@ -115,7 +73,7 @@ func TestTicketKeysRotate(t *testing.T) {
 // closed.
 func TestNewTLSConnectionToWorkerWithRoom(t *testing.T) {
 	dir := t.TempDir()
-	writeKeyPair(t, dir, "ec.test", false)
+	testcert.WritePair(t, dir, "ec.test", false)
 	src := baseConfig(2, 4, fmt.Sprintf(`
 listener "https" {
   address = "127.0.0.1:0"

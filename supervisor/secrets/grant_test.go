@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
+	"github.com/gatehouse-dev/gatehouse/internal/testcert"
 	"github.com/gatehouse-dev/gatehouse/proto"
 )
 
@@ -19,8 +20,8 @@ import (
 // ClientHello narrows it to what the client offers.
 func TestGrantCheck(t *testing.T) {
 	dir := t.TempDir()
-	writeKeyPair(t, dir, "ec.test", false)
-	writeKeyPair(t, dir, "rsa.test", true)
+	testcert.WritePair(t, dir, "ec.test", false)
+	testcert.WritePair(t, dir, "rsa.test", true)
 	k, err := Load(keysConfig(t, dir, "ec", "rsa"))
 	if err != nil {
 		t.Fatal(err)

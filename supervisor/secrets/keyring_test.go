@@ -1,16 +1,7 @@
 package secrets
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,36 +9,8 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
+	"github.com/gatehouse-dev/gatehouse/internal/testcert"
 )
-
-// writeKeyPair writes a self-signed certificate for name and its key under
-// dir, as NAME.pem and NAME.key.
-func writeKeyPair(t *testing.T, dir, name string, rsaKey bool) {
-	t.Helper()
-	var key crypto.Signer
-	var err error
-	if rsaKey {
-		key, err = rsa.GenerateKey(rand.Reader, 2048)
-	} else {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p8, _ := x509.MarshalPKCS8PrivateKey(key)
-	if err := os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // keysConfig is a configuration with one TLS listener whose certificates
 // are named names, each read from NAME.test.pem and NAME.test.key in dir.
@@ -71,8 +34,8 @@ func keysConfig(t *testing.T, dir string, names ...string) *config.Config {
 // fault; one that loads replaces it.
 func TestKeyringReload(t *testing.T) {
 	dir := t.TempDir()
-	writeKeyPair(t, dir, "a.test", false)
-	writeKeyPair(t, dir, "b.test", true)
+	testcert.WritePair(t, dir, "a.test", false)
+	testcert.WritePair(t, dir, "b.test", true)
 	cfg := keysConfig(t, dir, "a", "b")
 	start, err := Load(cfg)
 	if err != nil {
@@ -91,7 +54,7 @@ func TestKeyringReload(t *testing.T) {
 	if err := os.WriteFile(aPEM, []byte("# renewed\n\n-----BEGIN CERTIFICATE-----\n!!not base64!!\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	writeKeyPair(t, dir, "b.test", true)
+	testcert.WritePair(t, dir, "b.test", true)
 	k, err := Reload(cfg, same, nil, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -117,9 +80,9 @@ func TestKeyringReload(t *testing.T) {
 	}
 
 	// A key that is not the certificate's.
-	writeKeyPair(t, dir, "a.test", false)
+	testcert.WritePair(t, dir, "a.test", false)
 	other := t.TempDir()
-	writeKeyPair(t, other, "a.test", false)
+	testcert.WritePair(t, other, "a.test", false)
 	os.Rename(filepath.Join(other, "a.test.key"), filepath.Join(dir, "a.test.key"))
 	k3, err := Reload(cfg, k2, nil, t0)
 	if err != nil || len(k3.failed) != 1 || !strings.Contains(k3.failed[0].Error, "does not match") {
@@ -127,7 +90,7 @@ func TestKeyringReload(t *testing.T) {
 	}
 
 	// Fixed: loaded, and no failure is left.
-	writeKeyPair(t, dir, "a.test", false)
+	testcert.WritePair(t, dir, "a.test", false)
 	k4, err := Reload(cfg, k3, nil, t0)
 	if err != nil || len(k4.failed) != 0 || string(k4.certs[0].Chain[0]) == string(start.certs[0].Chain[0]) {
 		t.Fatalf("fixed: %v %+v", err, k4.failed)
