@@ -38,6 +38,7 @@ type counters struct {
 	timeoutNoWorker  uint64
 	idleEvicted      uint64
 	acceptErrors     uint64
+	acceptDispatches uint64 // dispatched in the wake-up that accepted them
 	acceptPauses     uint64
 	workerDeaths     uint64
 	deaths           map[deathCause]uint64
@@ -120,6 +121,7 @@ func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
 			"timeout_no_worker":  d.c.timeoutNoWorker,
 			"idle_evicted":       d.c.idleEvicted,
 			"accept_errors":      d.c.acceptErrors,
+			"accept_dispatches":  d.c.acceptDispatches,
 			"accept_pauses":      d.c.acceptPauses,
 			"worker_deaths":      d.c.workerDeaths,
 			"worker_kills":       d.c.workerKills,

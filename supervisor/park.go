@@ -64,7 +64,18 @@ func (d *dispatcher) discard(c *conn) {
 	d.arm(c)
 }
 
+// arm re-arms c's one-shot registration, or registers c with the poller if
+// it never was (a connection accepted with its input, flagPolled).
 func (d *dispatcher) arm(c *conn) {
+	if c.flags&flagPolled == 0 {
+		if err := d.add(c.fd, kindConn, c.id, connInterest); err != nil {
+			d.logLimited(hclog.Warn, "epoll-add", "registering connection", "error", err)
+			d.closeConn(c)
+			return
+		}
+		c.flags |= flagPolled
+		return
+	}
 	if err := d.mod(c.fd, kindConn, c.id, connInterest); err != nil {
 		d.logLimited(hclog.Warn, "epoll-mod", "re-arming connection", "error", err)
 		d.closeConn(c)
@@ -115,7 +126,9 @@ func (d *dispatcher) linger(c *conn, now time.Time) {
 // connection open while any copy lives).
 func (d *dispatcher) closeConn(c *conn) {
 	d.leaveState(c, stateClosed)
-	d.del(c.fd)
+	if c.flags&flagPolled != 0 {
+		d.del(c.fd)
+	}
 	unix.Shutdown(c.fd, unix.SHUT_RDWR)
 	unix.Close(c.fd)
 	d.forget(c)

@@ -57,6 +57,7 @@ var counterMetrics = map[string]struct {
 	"timeout_idle":            {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "idle"},
 	"timeout_no_worker":       {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "no_worker"},
 	"accept_errors":           {"accept_errors_total", "Failed accept calls.", "", ""},
+	"accept_dispatches":       {"accept_dispatches_total", "Connections accepted with their head (or ClientHello) already there and dispatched in the same wake-up, never registered with the poller.", "", ""},
 	"accept_pauses":           {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
 	"worker_kills":            {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
 	"hot_requests":            {"hot_requests_total", "Requests that arrived while their worker kept the connection hot.", "", ""},
