@@ -74,8 +74,10 @@ var moves = [stateNew + 1]stateSet{
 // states need (an incomplete head) hangs off it, and the small fields are
 // packed at its end (TestConnRecordSize).
 type conn struct {
-	id       uint64 // immutable, the slot in the slab and a sequence number; the poller token
-	fd       int    // owned by the dispatcher (a worker holds a dup during a round)
+	id uint64 // immutable, the slot in the slab and a sequence number; the poller token
+	// fd is owned by the dispatcher (a worker holds a dup during a
+	// round); -1 once given up with a closing connection's dispatch.
+	fd       int
 	client   *client
 	accepted mono
 	carried  []byte // input read by a worker and not yet consumed
@@ -133,6 +135,9 @@ const (
 	// deferring listener is registered only when it first has to wait
 	// (arm), so one dispatched at accept never costs an epoll_ctl.
 	flagPolled
+	// flagClosing: its head says the connection closes after this
+	// request (closing.go); its dispatch gives the descriptor up.
+	flagClosing
 )
 
 // peerAddr is a connection's peer address and port: 20 bytes where a

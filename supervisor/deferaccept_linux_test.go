@@ -119,3 +119,65 @@ func (h *allocLoop) polled(c *conn) bool {
 	}
 	return false
 }
+
+// TestClosingDispatchGivesUpDescriptor: a connection whose head asks to
+// close is dispatched with the supervisor's descriptor given up: once the
+// worker closes its copy the client sees the end of the connection at once,
+// and the Done only takes the record and the counts back.
+func TestClosingDispatchGivesUpDescriptor(t *testing.T) {
+	for _, deferred := range []bool{false, true} {
+		h := startAllocLoop(t)
+		d := h.d
+		l := &d.listeners[0]
+		if deferred {
+			if !sockets.SetDeferAccept(l.fd) {
+				t.Skip("TCP_DEFER_ACCEPT refused")
+			}
+			l.deferred = true
+		}
+		conns, closed, clientConns := d.conns.len(), d.c.closed, h.c.client.conns
+		client, err := net.Dial("tcp", l.addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		if _, err := client.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		c := h.acceptNew()
+		if !deferred {
+			if c.state != stateFresh {
+				t.Fatalf("connection %s before its event, want fresh", c.state)
+			}
+			d.connEvent(c, poll.Event{Readable: true}, time.Now())
+		}
+		if c.state != stateAtWorker || c.fd != -1 || c.flags&(flagPolled|flagClosing) != 0 || d.c.closingDispatches != 1 {
+			t.Fatalf("deferred %v: connection %s, fd %d, flags %b, %d closing dispatches; want at_worker, -1, none, 1",
+				deferred, c.state, c.fd, c.flags, d.c.closingDispatches)
+		}
+		n, oobn, err := recvmsgRaw(h.peer, h.rbuf, h.oob)
+		if err != nil || n == 0 || oobn < unix.CmsgLen(4) {
+			t.Fatalf("no Dispatch with a descriptor: %d bytes, %d of control, %v", n, oobn, err)
+		}
+		b := h.oob[unix.CmsgLen(0):]
+		unix.Close(int(int32(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)))
+		// The worker's copy was the last: the client reads the end now,
+		// before any Done.
+		client.SetReadDeadline(time.Now().Add(frameWait))
+		if n, err := client.Read(make([]byte, 16)); n != 0 || err == nil {
+			t.Fatalf("the client read %d bytes, %v; want the connection's end", n, err)
+		}
+		id, cl := c.id, c.client
+		if err := unix.Sendmsg(h.peer, h.doneFrame(id, 1), nil, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		d.workerEvent(h.w.token(), poll.Event{Readable: true}, time.Now())
+		if d.conns.get(id) != nil || d.conns.len() != conns || d.out != 0 || h.w.active != 0 || d.c.closed != closed+1 || cl.conns != clientConns {
+			t.Fatalf("after Done: record kept %v, %d records (want %d), %d out, %d active, %d closed (want %d), client's conns %d (want %d)",
+				d.conns.get(id) != nil, d.conns.len(), conns, d.out, h.w.active, d.c.closed, closed+1, cl.conns, clientConns)
+		}
+		if err := d.invariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -97,6 +97,12 @@ func (d *dispatcher) invariants() error {
 		if c.fresh {
 			queued++
 		}
+		// A descriptor given up with a closing connection's dispatch
+		// (closing.go) leaves a record out at its worker and nothing
+		// else: no registration, no keeper, no parked state.
+		if c.fd < 0 && (c.state != stateAtWorker || c.kept != nil || c.flags&flagPolled != 0 || c.tls) {
+			bad("connection %d: its descriptor given up, in state %s, kept %v, polled %v", c.id, c.state, c.kept != nil, c.flags&flagPolled != 0)
+		}
 		if k := c.kept; k != nil {
 			if workers[k] == nil {
 				bad("connection %d: kept by a worker not in the set", c.id)

@@ -123,14 +123,17 @@ func (d *dispatcher) linger(c *conn, now time.Time) {
 // shutdown(SHUT_RDWR) acts on the connection, not the descriptor: the client
 // gets its FIN now, and a copy a compromised worker kept with dup() can
 // neither read nor inject another byte (close alone would leave the
-// connection open while any copy lives).
+// connection open while any copy lives). A closing connection's descriptor
+// was given up at its dispatch (c.fd is -1): only the record goes.
 func (d *dispatcher) closeConn(c *conn) {
 	d.leaveState(c, stateClosed)
-	if c.flags&flagPolled != 0 {
-		d.del(c.fd)
+	if c.fd >= 0 {
+		if c.flags&flagPolled != 0 {
+			d.del(c.fd)
+		}
+		unix.Shutdown(c.fd, unix.SHUT_RDWR)
+		unix.Close(c.fd)
 	}
-	unix.Shutdown(c.fd, unix.SHUT_RDWR)
-	unix.Close(c.fd)
 	d.forget(c)
 	cl := c.client
 	cl.conns--

@@ -58,6 +58,7 @@ var counterMetrics = map[string]struct {
 	"timeout_no_worker":       {"timeouts_total", "Connections closed by a dispatcher timeout, by kind.", "kind", "no_worker"},
 	"accept_errors":           {"accept_errors_total", "Failed accept calls.", "", ""},
 	"accept_dispatches":       {"accept_dispatches_total", "Connections accepted with their head (or ClientHello) already there and dispatched in the same wake-up, never registered with the poller.", "", ""},
+	"closing_dispatches":      {"closing_dispatches_total", "Connections whose head asked to close after it, dispatched with the supervisor's descriptor given up to the worker.", "", ""},
 	"accept_pauses":           {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
 	"worker_kills":            {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
 	"hot_requests":            {"hot_requests_total", "Requests that arrived while their worker kept the connection hot.", "", ""},
