@@ -132,6 +132,7 @@ func (h *allocLoop) round() {
 		h.t.Fatal(err)
 	}
 	d.connEvent(c, poll.Event{Readable: true}, now)
+	d.flushSends()
 	if c.state != stateAtWorker {
 		h.t.Fatalf("connection %s after a complete head, want at_worker", c.state)
 	}

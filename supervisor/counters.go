@@ -40,6 +40,7 @@ type counters struct {
 	acceptErrors      uint64
 	acceptDispatches  uint64 // dispatched in the wake-up that accepted them
 	closingDispatches uint64 // dispatched with the descriptor given up (closing.go)
+	sendBatches       uint64 // sendmmsg calls that sent frames to a worker
 	acceptPauses      uint64
 	workerDeaths      uint64
 	deaths            map[deathCause]uint64
@@ -124,6 +125,7 @@ func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
 			"accept_errors":      d.c.acceptErrors,
 			"accept_dispatches":  d.c.acceptDispatches,
 			"closing_dispatches": d.c.closingDispatches,
+			"send_batches":       d.c.sendBatches,
 			"accept_pauses":      d.c.acceptPauses,
 			"worker_deaths":      d.c.workerDeaths,
 			"worker_kills":       d.c.workerKills,

@@ -19,6 +19,7 @@ func (h *allocLoop) acceptNew() *conn {
 		d.accept(d.listeners[0].id, time.Now())
 		for c := range d.conns.all() {
 			if c != h.c {
+				d.flushSends()
 				return c
 			}
 		}
@@ -150,6 +151,7 @@ func TestClosingDispatchGivesUpDescriptor(t *testing.T) {
 				t.Fatalf("connection %s before its event, want fresh", c.state)
 			}
 			d.connEvent(c, poll.Event{Readable: true}, time.Now())
+			d.flushSends()
 		}
 		if c.state != stateAtWorker || c.fd != -1 || c.flags&(flagPolled|flagClosing) != 0 || d.c.closingDispatches != 1 {
 			t.Fatalf("deferred %v: connection %s, fd %d, flags %b, %d closing dispatches; want at_worker, -1, none, 1",
