@@ -27,89 +27,6 @@ type Conn struct {
 	mm    []sysio.Mmsghdr
 	iovs  []unix.Iovec
 	cmsgs []byte
-
-	arena *RecvArena // set by UseArena: Recv takes several datagrams a call
-}
-
-// RecvArena holds the datagrams one recvmmsg(2) call took, at most
-// MaxBatch, for the Conns of one goroutine that UseArena it (the
-// supervisor's loop and its workers' channels): a Conn hands out every
-// frame it received into the arena (Recv, Buffered) before another Conn
-// can receive into it, and a Conn that finds another's frames still there
-// receives one datagram alone, so that none is ever lost.
-type RecvArena struct {
-	bufs  [][]byte
-	oobs  [][]byte
-	mm    []sysio.Mmsghdr
-	iovs  []unix.Iovec
-	owner *Conn // whose datagrams next..n are
-	n     int
-	next  int
-}
-
-// NewRecvArena makes an arena of MaxBatch frames of the largest size.
-func NewRecvArena() *RecvArena {
-	a := &RecvArena{mm: make([]sysio.Mmsghdr, MaxBatch), iovs: make([]unix.Iovec, MaxBatch)}
-	for range MaxBatch {
-		a.bufs = append(a.bufs, make([]byte, MaxFrameSize+1))
-		a.oobs = append(a.oobs, make([]byte, unix.CmsgSpace(oobFDs*4)))
-	}
-	return a
-}
-
-// UseArena makes Recv take the datagrams queued, up to MaxBatch, in one
-// recvmmsg(2) into a, and hand them out one a call.
-func (c *Conn) UseArena(a *RecvArena) { c.arena = a }
-
-// Buffered is how many frames Recv holds already received: the caller
-// takes them (or closes c) before it lets another Conn of its arena Recv.
-func (c *Conn) Buffered() int {
-	if a := c.arena; a != nil && a.owner == c {
-		return a.n - a.next
-	}
-	return 0
-}
-
-// fill receives into c's arena; it returns the first error.
-func (c *Conn) fill(a *RecvArena) error {
-	for i := range a.mm {
-		iov := &a.iovs[i]
-		iov.Base = &a.bufs[i][0]
-		iov.SetLen(len(a.bufs[i]))
-		a.mm[i] = sysio.Mmsghdr{}
-		h := &a.mm[i].Hdr
-		h.Iov = iov
-		h.SetIovlen(1)
-		h.Control = &a.oobs[i][0]
-		h.SetControllen(len(a.oobs[i]))
-	}
-	var n int
-	var err error
-	for {
-		n, err = sysio.Recvmmsg(c.fd, a.mm, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return err
-	}
-	a.owner, a.n, a.next = c, n, 0
-	return nil
-}
-
-// release gives up c's hold on its arena, closing the descriptors of the
-// datagrams it did not hand out.
-func (c *Conn) release() {
-	a := c.arena
-	if a == nil || a.owner != c {
-		return
-	}
-	for ; a.next < a.n; a.next++ {
-		h := &a.mm[a.next].Hdr
-		closeAll(parseRights(c.fds[:0], a.oobs[a.next][:h.Controllen]))
-	}
-	a.owner = nil
 }
 
 // MaxBatch is the most frames one SendBatch call sends.
@@ -153,10 +70,7 @@ func NewConn(fd int) *Conn {
 func (c *Conn) FD() int { return c.fd }
 
 // Close closes the descriptor.
-func (c *Conn) Close() error {
-	c.release()
-	return unix.Close(c.fd)
-}
+func (c *Conn) Close() error { return unix.Close(c.fd) }
 
 // Send writes one frame, with fd attached when fd >= 0. Send never closes fd:
 // the caller keeps its copy (the supervisor keeps every connection it hands
@@ -253,9 +167,6 @@ func (c *Conn) SendBatch(out []Out) (int, error) {
 // The caller owns a returned descriptor. On every error, any descriptor that
 // arrived has already been closed. A *FrameError is the peer's fault.
 func (c *Conn) Recv(f *proto.Frame) (int, error) {
-	if a := c.arena; a != nil && (a.owner == nil || a.owner == c) {
-		return c.recvArena(a, f)
-	}
 	var n, oobn, flags int
 	var err error
 	for {
@@ -279,33 +190,6 @@ func (c *Conn) Recv(f *proto.Frame) (int, error) {
 	}
 	fd, err := check(c.rbuf[:n], n, flags, fds, f)
 	return fd, err
-}
-
-// recvArena is Recv from the arena c holds, filled first when it holds none.
-func (c *Conn) recvArena(a *RecvArena, f *proto.Frame) (int, error) {
-	if a.owner != c {
-		if err := c.fill(a); err != nil {
-			switch err {
-			case unix.EAGAIN:
-				return -1, ErrWouldBlock
-			case unix.ECONNRESET:
-				return -1, ErrClosed
-			}
-			return -1, os.NewSyscallError("recvmmsg", err)
-		}
-	}
-	i := a.next
-	a.next++
-	if a.next == a.n {
-		a.owner = nil
-	}
-	h := &a.mm[i].Hdr
-	n, flags := int(a.mm[i].Len), int(h.Flags)
-	fds := parseRights(c.fds[:0], a.oobs[i][:h.Controllen])
-	if n == 0 && len(fds) == 0 && flags&unix.MSG_TRUNC == 0 {
-		return -1, ErrClosed
-	}
-	return check(a.bufs[i][:n], n, flags, fds, f)
 }
 
 // check validates a received datagram. It closes every descriptor on error.

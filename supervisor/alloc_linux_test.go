@@ -87,7 +87,6 @@ func startAllocLoop(t *testing.T) *allocLoop {
 	w := d.workers[0]
 	w.gen, w.state, w.exited, w.reportedReady = 1, workerReady, false, true
 	w.ch = ch
-	ch.UseArena(d.arena)
 	w.slots = ipc.NewInFlight(cfg.Limits.IPCMaxInFlightRequests)
 	if err := d.add(ch.FD(), kindWorker, w.token(), poll.In); err != nil {
 		t.Fatal(err)

@@ -31,10 +31,7 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 	if w.wantOut {
 		return // replies are queued: read more once they are out
 	}
-	// The frames one receive took are all handled (a few past the bound,
-	// or past a full channel's), since the next worker's channel receives
-	// into the same arena; a worker killed meanwhile loses them.
-	for i := 0; i < frameBatch || w.ch.Buffered() > 0; i++ {
+	for i := 0; i < frameBatch; i++ {
 		f := d.recvFrame
 		if f == nil {
 			f = new(proto.Frame)
@@ -65,7 +62,7 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 			// Its handler may keep it: the next frame gets a new one.
 			d.recvFrame = nil
 		}
-		if !d.frame(w, f, fd, now) || w.ch == nil || w.wantOut && w.ch.Buffered() == 0 {
+		if !d.frame(w, f, fd, now) || w.ch == nil || w.wantOut {
 			return
 		}
 	}

@@ -59,7 +59,6 @@ type frameBufs struct {
 	sendBuf     []byte                // an encoded frame, until it is queued
 	toFlush     []*workerProc         // the workers with frames queued in this wake-up
 	outs        []ipc.Out             // one SendBatch's frames, reused
-	arena       *ipc.RecvArena        // the workers' channels receive into it, several frames a call
 	dispatchMsg proto.Dispatch        // the next Dispatch, refilled per hand-off
 	signPool    secrets.Pool[signMsg] // signatures off the loop (tls.go)
 	dispatchEnc ipc.DispatchEncoder   // encodes it with the peer and client key
@@ -167,9 +166,6 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		events:   make([]poll.Event, maxEvents),
 		scratch:  make([]byte, lingerBuf),
 		logLimit: make(map[string]time.Time),
-		frameBufs: frameBufs{
-			arena: ipc.NewRecvArena(),
-		},
 		acceptor: acceptor{
 			listeners:    boot.listeners,
 			nextListener: uint64(len(boot.listeners)),

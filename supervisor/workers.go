@@ -81,7 +81,6 @@ func (d *dispatcher) spawned(m spawn.Started, now time.Time) {
 		return
 	}
 	w.ch, w.proc, w.pid = m.Ch, m.Proc, m.PID
-	w.ch.UseArena(d.arena)
 	w.lastPong = now
 	if err := d.add(w.ch.FD(), kindWorker, w.token(), poll.In); err != nil {
 		d.killWorker(w, err.Error())

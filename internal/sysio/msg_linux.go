@@ -72,18 +72,3 @@ func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 	}
 	return int(r), nil
 }
-
-// Recvmmsg is recvmmsg(2) into msgs, with flags and MSG_DONTWAIT: the
-// datagrams already queued, in order, as many as msgs holds. It returns
-// how many it received (at least one), or the error of the first.
-func Recvmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
-	if len(msgs) == 0 {
-		return 0, nil
-	}
-	r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)),
-		uintptr(flags|unix.MSG_DONTWAIT), 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
