@@ -136,7 +136,7 @@ const (
 	// (arm), so one dispatched at accept never costs an epoll_ctl.
 	flagPolled
 	// flagClosing: its head says the connection closes after this
-	// request (closing.go); its dispatch gives the descriptor up.
+	// request (closingHead); its dispatch gives the descriptor up.
 	flagClosing
 )
 

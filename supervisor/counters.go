@@ -39,7 +39,7 @@ type counters struct {
 	idleEvicted       uint64
 	acceptErrors      uint64
 	acceptDispatches  uint64 // dispatched in the wake-up that accepted them
-	closingDispatches uint64 // dispatched with the descriptor given up (closing.go)
+	closingDispatches uint64 // dispatched with the descriptor given up (closingHead)
 	sendBatches       uint64 // sendmmsg calls that sent frames to a worker
 	acceptPauses      uint64
 	workerDeaths      uint64

@@ -543,7 +543,7 @@ func (r *hostileRun) client() {
 		r.clients = append(r.clients, c)
 		if which >= 128 {
 			// A head that asks to close: its descriptor is given up
-			// at dispatch (closing.go).
+			// at dispatch (closingHead).
 			c.Write([]byte("GET /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
 		} else {
 			r.request(c, ip == "127.0.0.9")

@@ -106,7 +106,7 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn, now time.Time) {
 		fd = -1
 	case c.flags&flagClosing != 0:
 		// The connection ends with this round: its descriptor goes to
-		// the worker for good, closed here once sent (closing.go). A
+		// the worker for good, closed here once sent (closingHead). A
 		// registration would outlive it, so it goes first.
 		if c.flags&flagPolled != 0 {
 			d.del(fd)
@@ -221,7 +221,7 @@ func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) 
 	}
 	d.pump(c.client, now)
 	if c.fd < 0 {
-		// Given up at dispatch (closing.go): whatever the worker says,
+		// Given up at dispatch (closingHead): whatever the worker says,
 		// nothing is left here to park or linger with.
 		d.closeConn(c)
 		return

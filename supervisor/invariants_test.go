@@ -98,7 +98,7 @@ func (d *dispatcher) invariants() error {
 			queued++
 		}
 		// A descriptor given up with a closing connection's dispatch
-		// (closing.go) leaves a record out at its worker and nothing
+		// (closingHead) leaves a record out at its worker and nothing
 		// else: no registration, no keeper, no parked state.
 		if c.fd < 0 && (c.state != stateAtWorker || c.kept != nil || c.flags&flagPolled != 0 || c.tls) {
 			bad("connection %d: its descriptor given up, in state %s, kept %v, polled %v", c.id, c.state, c.kept != nil, c.flags&flagPolled != 0)
