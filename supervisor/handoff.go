@@ -100,18 +100,20 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn, now time.Time) {
 		return
 	}
 	fd, owned := c.fd, false
+	closing := c.flags&flagClosing != 0
+	c.flags &^= flagClosing
 	switch {
 	case c.kept != nil:
 		d.takeKept(c)
 		fd = -1
-	case c.flags&flagClosing != 0:
+	case closing:
 		// The connection ends with this round: its descriptor goes to
 		// the worker for good, closed here once sent (closingHead). A
 		// registration would outlive it, so it goes first.
 		if c.flags&flagPolled != 0 {
 			d.del(fd)
 		}
-		c.flags &^= flagClosing | flagPolled
+		c.flags &^= flagPolled
 		c.fd, owned = -1, true
 		d.c.closingDispatches++
 	}
