@@ -20,6 +20,23 @@ type Conn struct {
 	oob    []byte
 	rights []byte // an SCM_RIGHTS message for one descriptor, reused
 	fds    []int  // descriptors of the last frame received, reused
+
+	// SendBatch's messages, their buffers and descriptors' control
+	// messages (one SCM_RIGHTS message for one descriptor each), made at
+	// its first call and reused.
+	mm    []sysio.Mmsghdr
+	iovs  []unix.Iovec
+	cmsgs []byte
+}
+
+// MaxBatch is the most frames one SendBatch call sends.
+const MaxBatch = 16
+
+// Out is one frame of a batch: its encoding, and the descriptor to attach
+// (-1 for none), which the sender keeps.
+type Out struct {
+	B  []byte
+	FD int
 }
 
 // Pair creates a socketpair. The returned Conn (non-blocking) is the
@@ -93,6 +110,57 @@ func (c *Conn) SendEncoded(b []byte, fd int) error {
 		return ErrClosed
 	}
 	return os.NewSyscallError("sendmsg", err)
+}
+
+// SendBatch writes the first frames of out (at most MaxBatch), in order,
+// in one sendmmsg(2) where the system has it: as many as the socket takes.
+// It returns how many it sent, at least one, or ErrWouldBlock when the
+// socket took none. Like Send, it never closes a descriptor.
+func (c *Conn) SendBatch(out []Out) (int, error) {
+	out = out[:min(len(out), MaxBatch)]
+	space := unix.CmsgSpace(4)
+	if c.mm == nil {
+		c.mm = make([]sysio.Mmsghdr, MaxBatch)
+		c.iovs = make([]unix.Iovec, MaxBatch)
+		c.cmsgs = make([]byte, 0, MaxBatch*space)
+		for range MaxBatch {
+			c.cmsgs = append(c.cmsgs, unix.UnixRights(0)...)
+		}
+	}
+	for i, o := range out {
+		m, iov := &c.mm[i], &c.iovs[i]
+		*m = sysio.Mmsghdr{}
+		iov.Base, iov.Len = nil, 0
+		if len(o.B) > 0 {
+			iov.Base = &o.B[0]
+			iov.SetLen(len(o.B))
+		}
+		m.Hdr.Iov = iov
+		m.Hdr.SetIovlen(1)
+		if o.FD >= 0 {
+			cm := c.cmsgs[i*space : (i+1)*space]
+			binary.NativeEndian.PutUint32(cm[unix.CmsgLen(0):], uint32(int32(o.FD)))
+			m.Hdr.Control = &cm[0]
+			m.Hdr.SetControllen(space)
+		}
+	}
+	var n int
+	var err error
+	for {
+		n, err = sysio.Sendmmsg(c.fd, c.mm[:len(out)], unix.MSG_NOSIGNAL)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	switch err {
+	case nil:
+		return n, nil
+	case unix.EAGAIN:
+		return 0, ErrWouldBlock
+	case unix.EPIPE, unix.ECONNRESET:
+		return 0, ErrClosed
+	}
+	return 0, os.NewSyscallError("sendmmsg", err)
 }
 
 // Recv reads one frame into f, which must be empty: new, or emptied by Reset. It returns the attached descriptor, or -1.

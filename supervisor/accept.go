@@ -30,6 +30,9 @@ type listener struct {
 	fd      int
 	cfgAddr netip.AddrPort // the address the configuration asked for
 	addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
+	// deferred: connections arrive with their first bytes
+	// (TCP_DEFER_ACCEPT), so admit looks at them at once.
+	deferred bool
 }
 
 // openListeners makes the listening sockets of cfg in configuration order,
@@ -42,7 +45,7 @@ func openListeners(cfg *config.Config, inherited map[string]int) ([]listener, er
 	}
 	out := make([]listener, 0, len(ls))
 	for i, l := range ls {
-		out = append(out, listener{id: uint64(i), name: l.Name, fd: l.FD, cfgAddr: l.CfgAddr, addr: l.Addr})
+		out = append(out, listener{id: uint64(i), name: l.Name, fd: l.FD, cfgAddr: l.CfgAddr, addr: l.Addr, deferred: l.Deferred})
 	}
 	return out, nil
 }
@@ -101,7 +104,7 @@ func (d *dispatcher) accept(id uint64, now time.Time) {
 			d.logLimited(hclog.Warn, "accept", "accept failed", "listener", l.name, "error", err)
 			return
 		}
-		d.admit(fd, l.id, peer, proxy, tls, now)
+		d.admit(fd, l.id, peer, proxy, tls, l.deferred, now)
 	}
 }
 
@@ -115,8 +118,12 @@ func (d *dispatcher) pauseAccept(now time.Time, why string) {
 // admit applies the admission caps to an accepted descriptor and parks it.
 // Only the per-client cap (and, on a proxy_protocol listener, an untrusted
 // peer) refuses a newcomer; the queued-connection cap makes room instead, by
-// closing the oldest incomplete connection of the heaviest client.
-func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, tls bool, now time.Time) {
+// closing the oldest incomplete connection of the heaviest client. A
+// connection from a deferring listener (deferred) is looked at at once, as
+// if the poller had reported it readable: its first bytes are almost always
+// a complete head or ClientHello, dispatched in this wake-up, and it is
+// registered with the poller only if it must wait (arm).
+func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, tls, deferred bool, now time.Time) {
 	key := limits.ClientKey(peer.Addr(), d.cfg.IPv6ClientPrefixLength)
 	cl := d.clients[key]
 	if cl == nil {
@@ -152,11 +159,14 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 		return
 	}
 	c.fd, c.client, c.listener, c.peer, c.accepted, c.tls = fd, cl, uint32(listener), packPeer(peer), monoOf(now), tls
-	if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
-		d.conns.release(c)
-		unix.Close(fd)
-		d.logLimited(hclog.Warn, "epoll-add", "registering connection", "error", err)
-		return
+	if !deferred {
+		if err := d.add(fd, kindConn, c.id, connInterest); err != nil {
+			d.conns.release(c)
+			unix.Close(fd)
+			d.logLimited(hclog.Warn, "epoll-add", "registering connection", "error", err)
+			return
+		}
+		c.flags |= flagPolled
 	}
 	d.clients[key] = cl
 	cl.conns++
@@ -165,6 +175,13 @@ func (d *dispatcher) admit(fd int, listener uint64, peer netip.AddrPort, proxy, 
 		d.setState(c, stateProxy, now)
 	} else {
 		d.setState(c, stateFresh, now)
+	}
+	if deferred {
+		id := c.id
+		d.connEvent(c, poll.Event{}, now)
+		if c := d.conns.get(id); c != nil && c.state == stateAtWorker {
+			d.c.acceptDispatches++
+		}
 	}
 }
 

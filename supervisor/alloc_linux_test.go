@@ -66,6 +66,12 @@ func startAllocLoop(t *testing.T) *allocLoop {
 		d.p.Close()
 	})
 	h := &allocLoop{t: t, d: d, rbuf: make([]byte, ipc.MaxFrameSize+1), oob: make([]byte, 256)}
+	// The connection below is accepted before it sends anything, so the
+	// listener must not defer it.
+	for i := range d.listeners {
+		unix.SetsockoptInt(d.listeners[i].fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, 0)
+		d.listeners[i].deferred = false
+	}
 
 	// A worker slot with a channel and a Ready process, as spawned and
 	// readied by the loop.
@@ -126,6 +132,7 @@ func (h *allocLoop) round() {
 		h.t.Fatal(err)
 	}
 	d.connEvent(c, poll.Event{Readable: true}, now)
+	d.flushSends()
 	if c.state != stateAtWorker {
 		h.t.Fatalf("connection %s after a complete head, want at_worker", c.state)
 	}

@@ -74,8 +74,10 @@ var moves = [stateNew + 1]stateSet{
 // states need (an incomplete head) hangs off it, and the small fields are
 // packed at its end (TestConnRecordSize).
 type conn struct {
-	id       uint64 // immutable, the slot in the slab and a sequence number; the poller token
-	fd       int    // owned by the dispatcher (a worker holds a dup during a round)
+	id uint64 // immutable, the slot in the slab and a sequence number; the poller token
+	// fd is owned by the dispatcher (a worker holds a dup during a
+	// round); -1 once given up with a closing connection's dispatch.
+	fd       int
 	client   *client
 	accepted mono
 	carried  []byte // input read by a worker and not yet consumed
@@ -107,7 +109,7 @@ type conn struct {
 	state    connState
 	fresh    bool // counted against max_queued_connections
 	tls      bool // accepted on a TLS listener
-	lowat    bool // SO_RCVLOWAT raised to wait for a whole TLS record
+	flags    connFlags
 	// round is how a connection at its worker is accounted: in the pool,
 	// or outside it for a body or a stream (round.go; setRound moves it).
 	round roundState
@@ -121,6 +123,22 @@ type conn struct {
 	// dispatch may still sign with (tls.go; zero otherwise).
 	grant secrets.Grant
 }
+
+// connFlags are a connection's small conditions, one bit each, so that the
+// record stays within its size (TestConnRecordSize).
+type connFlags uint8
+
+const (
+	// flagLowat: SO_RCVLOWAT raised to wait for a whole TLS record.
+	flagLowat connFlags = 1 << iota
+	// flagPolled: registered with the poller. A connection from a
+	// deferring listener is registered only when it first has to wait
+	// (arm), so one dispatched at accept never costs an epoll_ctl.
+	flagPolled
+	// flagClosing: its head says the connection closes after this
+	// request (closingHead); its dispatch gives the descriptor up.
+	flagClosing
+)
 
 // peerAddr is a connection's peer address and port: 20 bytes where a
 // netip.AddrPort takes 32. Peers have no zone.

@@ -25,41 +25,44 @@ var refusedReasons = []string{refusedPerClient, refusedPenalty, refusedQueued, r
 
 // counters are the dispatcher's monotonic counts. Owned by the loop.
 type counters struct {
-	accepted         uint64
-	refused          map[string]uint64
-	closed           uint64
-	peerClosed       uint64
-	dispatches       uint64
-	requests         uint64
-	shareWaits       uint64
-	poolWaits        uint64
-	timeoutFirstByte uint64
-	timeoutIdle      uint64
-	timeoutNoWorker  uint64
-	idleEvicted      uint64
-	acceptErrors     uint64
-	acceptPauses     uint64
-	workerDeaths     uint64
-	deaths           map[deathCause]uint64
-	workerKills      uint64
-	ipcOverloaded    uint64
-	upstreamRefused  uint64
-	upstreamErrors   uint64
-	rateLimited      uint64
-	tlsPlainHTTP     uint64
-	tlsNotTLS        uint64
-	tlsSigns         uint64
-	tlsHandshakes    uint64
-	tlsSignErrors    uint64
-	tlsAffinity      uint64
-	affinity         uint64    // plain connections dispatched without a descriptor
-	affinityMoves    uint64    // kept connections moved to another worker
-	outcomes         [6]uint64 // by proto.Outcome
-	handbacks        [6]uint64 // by proto.Handback
-	hotRequests      uint64
-	pressureOn       uint64    // times the pressure went on
-	byClass          [6]uint64 // responses by status class; [0] counts statuses out of range
-	latency          histogram
+	accepted          uint64
+	refused           map[string]uint64
+	closed            uint64
+	peerClosed        uint64
+	dispatches        uint64
+	requests          uint64
+	shareWaits        uint64
+	poolWaits         uint64
+	timeoutFirstByte  uint64
+	timeoutIdle       uint64
+	timeoutNoWorker   uint64
+	idleEvicted       uint64
+	acceptErrors      uint64
+	acceptDispatches  uint64 // dispatched in the wake-up that accepted them
+	closingDispatches uint64 // dispatched with the descriptor given up (closingHead)
+	sendBatches       uint64 // sendmmsg calls that sent frames to a worker
+	acceptPauses      uint64
+	workerDeaths      uint64
+	deaths            map[deathCause]uint64
+	workerKills       uint64
+	ipcOverloaded     uint64
+	upstreamRefused   uint64
+	upstreamErrors    uint64
+	rateLimited       uint64
+	tlsPlainHTTP      uint64
+	tlsNotTLS         uint64
+	tlsSigns          uint64
+	tlsHandshakes     uint64
+	tlsSignErrors     uint64
+	tlsAffinity       uint64
+	affinity          uint64    // plain connections dispatched without a descriptor
+	affinityMoves     uint64    // kept connections moved to another worker
+	outcomes          [6]uint64 // by proto.Outcome
+	handbacks         [6]uint64 // by proto.Handback
+	hotRequests       uint64
+	pressureOn        uint64    // times the pressure went on
+	byClass           [6]uint64 // responses by status class; [0] counts statuses out of range
+	latency           histogram
 	// Rate decisions with a cluster store: the store's, those the local
 	// bucket made when the store did not answer within store_timeout or
 	// answered with an error, and those it made because the store was
@@ -120,6 +123,9 @@ func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
 			"timeout_no_worker":  d.c.timeoutNoWorker,
 			"idle_evicted":       d.c.idleEvicted,
 			"accept_errors":      d.c.acceptErrors,
+			"accept_dispatches":  d.c.acceptDispatches,
+			"closing_dispatches": d.c.closingDispatches,
+			"send_batches":       d.c.sendBatches,
 			"accept_pauses":      d.c.acceptPauses,
 			"worker_deaths":      d.c.workerDeaths,
 			"worker_kills":       d.c.workerKills,

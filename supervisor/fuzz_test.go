@@ -37,7 +37,8 @@ import (
 //	       fields (then id, conn, a, b, c), so that a new frame is sent
 //	       without an opcode of its own
 //	13     an honest worker returns a connection: which, disposition
-//	14     a client acts: which, what (request, new connection, close)
+//	14     a client acts: which, what (request, new connection, close);
+//	       a new connection's request asks to close when which >= 128
 //	15     the clock moves on: tenths of a second, under 5 s
 //
 // The committed corpus (testdata/fuzz/FuzzHostileWorker) reproduces what
@@ -540,7 +541,13 @@ func (r *hostileRun) client() {
 		}
 		c := r.h.dial(ip)
 		r.clients = append(r.clients, c)
-		r.request(c, ip == "127.0.0.9")
+		if which >= 128 {
+			// A head that asks to close: its descriptor is given up
+			// at dispatch (closingHead).
+			c.Write([]byte("GET /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+		} else {
+			r.request(c, ip == "127.0.0.9")
+		}
 		r.placed(c, true)
 	case 2:
 		if len(r.clients) > 0 {

@@ -99,12 +99,25 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn, now time.Time) {
 		d.workerGone(w, err.Error(), true)
 		return
 	}
-	fd := c.fd
-	if c.kept != nil {
+	fd, owned := c.fd, false
+	closing := c.flags&flagClosing != 0
+	c.flags &^= flagClosing
+	switch {
+	case c.kept != nil:
 		d.takeKept(c)
 		fd = -1
+	case closing:
+		// The connection ends with this round: its descriptor goes to
+		// the worker for good, closed here once sent (closingHead). A
+		// registration would outlive it, so it goes first.
+		if c.flags&flagPolled != 0 {
+			d.del(fd)
+		}
+		c.flags &^= flagPolled
+		c.fd, owned = -1, true
+		d.c.closingDispatches++
 	}
-	d.sendEncoded(w, b, fd, false)
+	d.sendEncoded(w, b, fd, owned)
 }
 
 // release gives back what a connection held at its worker: its round
@@ -209,6 +222,12 @@ func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) 
 		d.keptBy(c, w)
 	}
 	d.pump(c.client, now)
+	if c.fd < 0 {
+		// Given up at dispatch (closingHead): whatever the worker says,
+		// nothing is left here to park or linger with.
+		d.closeConn(c)
+		return
+	}
 	switch m.GetDisposition() {
 	case proto.Disposition_KEEP_ALIVE:
 		switch {

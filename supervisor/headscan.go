@@ -104,6 +104,9 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 			return
 		}
 		if st, _ := headend.Scan(d.peekBuf[:n], 0); st != headend.Incomplete || n >= headend.MaxHead {
+			if st == headend.Complete && closingHead(d.peekBuf[:n]) {
+				c.flags |= flagClosing
+			}
 			d.tryDispatch(c, now)
 			return
 		}

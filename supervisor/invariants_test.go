@@ -97,6 +97,17 @@ func (d *dispatcher) invariants() error {
 		if c.fresh {
 			queued++
 		}
+		// A descriptor given up with a closing connection's dispatch
+		// (closingHead) leaves a record out at its worker and nothing
+		// else: no registration, no keeper, no parked state.
+		if c.fd < 0 && (c.state != stateAtWorker || c.kept != nil || c.flags&flagPolled != 0 || c.tls) {
+			bad("connection %d: its descriptor given up, in state %s, kept %v, polled %v", c.id, c.state, c.kept != nil, c.flags&flagPolled != 0)
+		}
+		// A closing head's mark lasts until its dispatch, or the 503 of a
+		// connection that waited for one in vain.
+		if c.flags&flagClosing != 0 && c.state != stateWaiting && c.state != stateLinger {
+			bad("connection %d: marked closing in state %s", c.id, c.state)
+		}
 		if k := c.kept; k != nil {
 			if workers[k] == nil {
 				bad("connection %d: kept by a worker not in the set", c.id)

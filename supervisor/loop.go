@@ -61,6 +61,7 @@ func (d *dispatcher) run() error {
 	d.log.Info("serving", "listeners", len(d.listeners), "workers", len(d.workers), "pool", d.pool, "share", d.share, "worker_threads", d.cfg.Workers.ThreadsFor(runtime.GOMAXPROCS(0)))
 
 	for {
+		d.flushSends()
 		n, err := d.p.Wait(d.events, d.nextTimeout(d.s.now()))
 		if err != nil {
 			return err

@@ -64,7 +64,18 @@ func (d *dispatcher) discard(c *conn) {
 	d.arm(c)
 }
 
+// arm re-arms c's one-shot registration, or registers c with the poller if
+// it never was (a connection accepted with its input, flagPolled).
 func (d *dispatcher) arm(c *conn) {
+	if c.flags&flagPolled == 0 {
+		if err := d.add(c.fd, kindConn, c.id, connInterest); err != nil {
+			d.logLimited(hclog.Warn, "epoll-add", "registering connection", "error", err)
+			d.closeConn(c)
+			return
+		}
+		c.flags |= flagPolled
+		return
+	}
 	if err := d.mod(c.fd, kindConn, c.id, connInterest); err != nil {
 		d.logLimited(hclog.Warn, "epoll-mod", "re-arming connection", "error", err)
 		d.closeConn(c)
@@ -112,12 +123,17 @@ func (d *dispatcher) linger(c *conn, now time.Time) {
 // shutdown(SHUT_RDWR) acts on the connection, not the descriptor: the client
 // gets its FIN now, and a copy a compromised worker kept with dup() can
 // neither read nor inject another byte (close alone would leave the
-// connection open while any copy lives).
+// connection open while any copy lives). A closing connection's descriptor
+// was given up at its dispatch (c.fd is -1): only the record goes.
 func (d *dispatcher) closeConn(c *conn) {
 	d.leaveState(c, stateClosed)
-	d.del(c.fd)
-	unix.Shutdown(c.fd, unix.SHUT_RDWR)
-	unix.Close(c.fd)
+	if c.fd >= 0 {
+		if c.flags&flagPolled != 0 {
+			d.del(c.fd)
+		}
+		unix.Shutdown(c.fd, unix.SHUT_RDWR)
+		unix.Close(c.fd)
+	}
 	d.forget(c)
 	cl := c.client
 	cl.conns--

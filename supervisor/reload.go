@@ -91,7 +91,7 @@ func (s *Supervisor) Reload(ctx context.Context) error {
 			s.log.Error("reload failed; keeping the running configuration", "error", err)
 			return err
 		}
-		added = append(added, listener{name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound})
+		added = append(added, listener{name: l.Name, fd: fd, cfgAddr: l.Address, addr: bound, deferred: sockets.SetDeferAccept(fd)})
 	}
 	// The access log is reopened on every reload, as on SIGUSR1: its path
 	// may have changed, or the file been rotated.

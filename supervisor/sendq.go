@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
@@ -10,21 +9,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// outFrame is an encoded frame that found the channel full, with the
-// descriptor to send along (-1 for none). The dispatcher keeps its own copy
-// of the descriptor.
+// outFrame is an encoded frame waiting to be sent, at outbuf[off:end] of
+// its worker, with the descriptor to send along (-1 for none). The
+// dispatcher keeps its own copy of the descriptor unless owned.
 type outFrame struct {
-	b     []byte
-	fd    int
-	owned bool // fd is closed once sent
+	off, end int
+	fd       int
+	owned    bool // fd is closed once sent
 }
 
-// send writes a frame to a worker, queueing it when the channel is full. The
-// dispatcher keeps its descriptor fd (a client connection it dispatches).
+// send queues a frame for a worker (sendEncoded). The dispatcher keeps its
+// descriptor fd (a client connection it dispatches).
 func (d *dispatcher) send(w *workerProc, f *proto.Frame, fd int) { d.sendFD(w, f, fd, false) }
 
 // sendOwned is send for a descriptor the dispatcher gives away (a dialed
-// upstream): it is closed once sent, or when the worker is gone.
+// upstream, a closing connection): it is closed once sent, or when the
+// worker is gone.
 func (d *dispatcher) sendOwned(w *workerProc, f *proto.Frame, fd int) { d.sendFD(w, f, fd, true) }
 
 func (d *dispatcher) sendFD(w *workerProc, f *proto.Frame, fd int, owned bool) {
@@ -48,57 +48,88 @@ func (d *dispatcher) sendFD(w *workerProc, f *proto.Frame, fd int, owned bool) {
 	d.sendEncoded(w, b, fd, owned)
 }
 
-// sendEncoded writes an encoded frame, or queues a copy of it while the
-// channel is full. While anything is queued the dispatcher stops reading
-// the worker's frames (its interest is writable only): a worker that does
-// not read its replies cannot make the dispatcher buffer more, so the
-// queue stays bounded by what one batch of frames can produce, and the
-// in-flight cap. b is the caller's; only a queued frame is copied.
+// sendEncoded queues an encoded frame for w; b is the caller's and is
+// copied. The frames the loop queues in one wake-up leave together at its
+// end (flushSends), those to one worker in one sendmmsg where the socket
+// takes them (docs/DESIGN.md §4.1). While the channel is full the
+// dispatcher stops reading the worker's frames (its interest is writable
+// only): a worker that does not read its replies cannot make the
+// dispatcher buffer more, so the queue stays bounded by what one batch of
+// frames can produce, and the in-flight cap.
 func (d *dispatcher) sendEncoded(w *workerProc, b []byte, fd int, owned bool) {
-	if len(w.outq) == 0 {
-		err := w.ch.SendEncoded(b, fd)
-		if err == nil {
-			if owned {
-				unix.Close(fd)
-			}
-			return
+	if w.ch == nil {
+		if owned {
+			unix.Close(fd)
 		}
-		if err != ipc.ErrWouldBlock {
-			if owned {
-				unix.Close(fd)
-			}
-			d.workerGone(w, fmt.Sprintf("sending to worker: %v", err), true)
-			return
-		}
+		return
 	}
-	w.outq = append(w.outq, outFrame{b: slices.Clone(b), fd: fd, owned: owned})
-	if !w.wantOut {
-		w.wantOut = true
-		d.mod(w.ch.FD(), kindWorker, w.token(), poll.Out)
+	w.outq = append(w.outq, outFrame{off: len(w.outbuf), end: len(w.outbuf) + len(b), fd: fd, owned: owned})
+	w.outbuf = append(w.outbuf, b...)
+	if !w.flushing {
+		w.flushing = true
+		d.toFlush = append(d.toFlush, w)
 	}
 }
 
+// flushSends sends what the loop queued in this wake-up, before it waits
+// again. A worker lost to a failed send closes connections, which may queue
+// frames for others: they are sent in the same pass.
+func (d *dispatcher) flushSends() {
+	for i := 0; i < len(d.toFlush); i++ {
+		w := d.toFlush[i]
+		d.toFlush[i] = nil
+		w.flushing = false
+		if w.ch != nil && !w.wantOut {
+			d.flushOut(w)
+		}
+	}
+	d.toFlush = d.toFlush[:0]
+}
+
+// flushOut sends w's queue, MaxBatch frames a call, until it is empty or
+// the channel is full; then the channel is watched for writability.
 func (d *dispatcher) flushOut(w *workerProc) {
 	for len(w.outq) > 0 {
-		o := w.outq[0]
-		err := w.ch.SendEncoded(o.b, o.fd)
+		outs := d.outs[:0]
+		for _, o := range w.outq[:min(len(w.outq), ipc.MaxBatch)] {
+			outs = append(outs, ipc.Out{B: w.outbuf[o.off:o.end], FD: o.fd})
+		}
+		d.outs = outs
+		n, err := w.ch.SendBatch(outs)
+		clear(outs)
 		if err == ipc.ErrWouldBlock {
+			if !w.wantOut {
+				w.wantOut = true
+				d.mod(w.ch.FD(), kindWorker, w.token(), poll.Out)
+			}
 			return
 		}
-		if o.owned {
-			unix.Close(o.fd)
-		}
-		w.outq[0] = outFrame{}
-		w.outq = w.outq[1:]
 		if err != nil {
 			d.workerGone(w, fmt.Sprintf("sending to worker: %v", err), true)
 			return
 		}
+		d.c.sendBatches++
+		for _, o := range w.outq[:n] {
+			if o.owned {
+				unix.Close(o.fd)
+			}
+		}
+		w.outq = append(w.outq[:0], w.outq[n:]...)
 	}
-	w.outq = nil
-	w.wantOut = false
-	d.mod(w.ch.FD(), kindWorker, w.token(), poll.In)
+	w.outq = w.outq[:0]
+	w.outbuf = w.outbuf[:0]
+	if cap(w.outbuf) > maxIdleOutbuf {
+		// A large carried input passed once; it is not kept.
+		w.outbuf = nil
+	}
+	if w.wantOut {
+		w.wantOut = false
+		d.mod(w.ch.FD(), kindWorker, w.token(), poll.In)
+	}
 }
+
+// maxIdleOutbuf bounds the send buffer a worker keeps while nothing waits.
+const maxIdleOutbuf = 256 << 10
 
 // dropOut discards a gone worker's queue, closing the descriptors it owned.
 func dropOut(w *workerProc) {
@@ -108,5 +139,6 @@ func dropOut(w *workerProc) {
 		}
 	}
 	w.outq = nil
+	w.outbuf = nil
 	w.wantOut = false
 }

@@ -30,7 +30,7 @@ func TestAdmitAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := d.conns.len()
-		d.admit(fd, d.listeners[0].id, peer, false, false, time.Now())
+		d.admit(fd, d.listeners[0].id, peer, false, false, false, time.Now())
 		c := d.lists[listFreshTimers].last()
 		if d.conns.len() != n+1 || c == nil || c.fd != fd || d.conns.get(c.id) != c {
 			t.Fatalf("connection not admitted: %d records, was %d", d.conns.len(), n)

@@ -56,7 +56,9 @@ type dispatcher struct {
 // frameBufs are the frames and buffers every send and hand-off reuses, so
 // that a steady-state round allocates nothing (TestDispatchAllocs).
 type frameBufs struct {
-	sendBuf     []byte                // an encoded frame, until it is sent or queued
+	sendBuf     []byte                // an encoded frame, until it is queued
+	toFlush     []*workerProc         // the workers with frames queued in this wake-up
+	outs        []ipc.Out             // one SendBatch's frames, reused
 	dispatchMsg proto.Dispatch        // the next Dispatch, refilled per hand-off
 	signPool    secrets.Pool[signMsg] // signatures off the loop (tls.go)
 	dispatchEnc ipc.DispatchEncoder   // encodes it with the peer and client key

@@ -159,15 +159,15 @@ func (d *dispatcher) readTLS(c *conn, now time.Time) {
 	}
 	if n < need {
 		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, need); err == nil {
-			c.lowat = true
+			c.flags |= flagLowat
 		}
 		d.arm(c)
 		return
 	}
-	if c.lowat {
+	if c.flags&flagLowat != 0 {
 		// The worker's poller must see every byte.
 		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
-		c.lowat = false
+		c.flags &^= flagLowat
 	}
 	d.tryDispatch(c, now)
 }

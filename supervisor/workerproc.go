@@ -64,7 +64,12 @@ type workerProc struct {
 	// handed is true once the current process was dispatched a connection.
 	handed bool
 	ch     *ipc.Conn // nil while no process is attached
-	outq   []outFrame
+	// outq is what waits to be sent, in outbuf: the frames of this
+	// wake-up (flushing: w is on the dispatcher's toFlush), and those the
+	// full channel did not take.
+	outq     []outFrame
+	outbuf   []byte
+	flushing bool
 	// wantOut is true while the channel is registered for writability
 	// (and not readability) to flush outq.
 	wantOut bool

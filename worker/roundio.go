@@ -236,6 +236,9 @@ func (cs *connServer) inputEmpty() bool {
 	if cs.pending() > 0 {
 		return false
 	}
-	_, err := sysio.Peek(cs.sockFD(), cs.peek1[:])
-	return err == unix.EAGAIN
+	// The client's FIN (nothing to read, and none ever will be) counts as
+	// empty too: a client that read its answer and closed first, as one
+	// that asked to close commonly does, is not lingered for.
+	n, err := sysio.Peek(cs.sockFD(), cs.peek1[:])
+	return err == unix.EAGAIN || err == nil && n == 0
 }

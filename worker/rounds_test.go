@@ -291,14 +291,20 @@ func TestRoundCloseLingersOnlyOnInput(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		input string
+		fin   bool // the client closes its side after the request
 		want  proto.Disposition
 	}{
-		{"nothing after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", proto.Disposition_CLOSE},
-		{"bytes after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n", proto.Disposition_LINGER},
+		{"nothing after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", false, proto.Disposition_CLOSE},
+		{"bytes after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n", false, proto.Disposition_LINGER},
+		// Its FIN leaves nothing to read: a close resets nothing.
+		{"the client's FIN after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", true, proto.Disposition_CLOSE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := h.connect()
 			cl.write(t, tc.input)
+			if tc.fin {
+				cl.c.(*net.TCPConn).CloseWrite()
+			}
 			waitReadable(t, cl.fd)
 			done := h.dispatch(cl, nil)
 			if r := cl.response(t); r.StatusCode != 200 || connection(r) != "close" {

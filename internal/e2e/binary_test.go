@@ -209,6 +209,11 @@ func TestShutdownWithParkedConnections(t *testing.T) {
 limits {
   shutdown_grace = "5s"
 }
+route "/metrics" {
+  metrics {
+    allow = ["127.0.0.0/8"]
+  }
+}
 `)
 	p := startBinary(t, dir, 0, "-config", "gatehouse.hcl")
 	p.waitServing(t, "/ok")
@@ -227,6 +232,18 @@ limits {
 	}
 	for i := 0; i < 500; i++ { // no byte yet
 		conns = append(conns, dialFrom(t, fmt.Sprintf("127.0.0.%d", 10+i%4), p.addr))
+	}
+	// The listener defers accept (TCP_DEFER_ACCEPT): the kernel queues a
+	// connection that sent nothing after about a second, and only then is
+	// it the supervisor's to park (and close at shutdown).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, body, err := newClient(t, "127.0.0.1", p.addr).get("/metrics")
+		if err == nil && strings.Contains(body, "gatehouse_connections{state=\"fresh\"} 500\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the 500 silent connections were not all accepted within 15s")
+		}
 	}
 	workers := p.workerPIDs(t)
 	if len(workers) != 4 {

@@ -37,3 +37,6 @@ func Peek(fd int, p []byte) (int, error) {
 	n, _, _, err := Recvmsg(fd, p, nil, unix.MSG_PEEK)
 	return n, err
 }
+
+// Close is close(2).
+func Close(fd int) error { return unix.Close(fd) }

@@ -50,3 +50,25 @@ func Sendmsg(fd int, p, oob []byte, flags int) error {
 	}
 	return nil
 }
+
+// Mmsghdr is one message of Sendmmsg: struct mmsghdr.
+type Mmsghdr struct {
+	Hdr unix.Msghdr
+	Len uint32 // bytes sent, set by the kernel
+}
+
+// Sendmmsg is sendmmsg(2) of msgs to the connected peer, with flags and
+// MSG_DONTWAIT: the messages in order, in one call, as many as the socket
+// takes. It returns how many were sent (at least one), or the error of the
+// first.
+func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)),
+		uintptr(flags|unix.MSG_DONTWAIT), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}

@@ -2,7 +2,11 @@
 
 package sysio
 
-import "golang.org/x/sys/unix"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // Recvmsg is recvmsg(2) with flags and MSG_DONTWAIT; the sender's address
 // is dropped.
@@ -15,4 +19,26 @@ func Recvmsg(fd int, p, oob []byte, flags int) (n, oobn, recvflags int, err erro
 func Sendmsg(fd int, p, oob []byte, flags int) error {
 	_, err := unix.SendmsgN(fd, p, oob, nil, flags|unix.MSG_DONTWAIT)
 	return err
+}
+
+// Mmsghdr is one message of Sendmmsg.
+type Mmsghdr struct {
+	Hdr unix.Msghdr
+	Len uint32
+}
+
+// Sendmmsg sends msgs in order with one sendmsg(2) each, Linux's
+// sendmmsg(2) being its own: as many as the socket takes, or the error of
+// the first.
+func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
+	for i := range msgs {
+		_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[i].Hdr)), uintptr(flags|unix.MSG_DONTWAIT))
+		if e != 0 {
+			if i > 0 {
+				return i, nil
+			}
+			return 0, e
+		}
+	}
+	return len(msgs), nil
 }

@@ -39,3 +39,21 @@ func rawAddrPort(rsa *unix.RawSockaddrAny) netip.AddrPort {
 	}
 	return netip.AddrPort{}
 }
+
+// deferAcceptSeconds is TCP_DEFER_ACCEPT's wait: the kernel holds a
+// connection whose client has sent nothing for about this long (it becomes
+// the number of SYN-ACK retransmissions to wait through, here one, after 1
+// s) before it queues the connection for accept anyway. One second keeps a
+// silent connection's wait within the first-byte timeout's order (nginx's
+// "deferred" and HAProxy's "defer-accept" wait as long).
+const deferAcceptSeconds = 1
+
+// SetDeferAccept asks the kernel to queue a listening socket's connections
+// for accept only once their first bytes have arrived (TCP_DEFER_ACCEPT),
+// so that the dispatcher, when it accepts one, finds its head (or
+// ClientHello) already there and can look at it and dispatch it in the same
+// wake-up, without registering it with the poller (docs/DESIGN.md §2.2). It
+// reports whether the socket defers.
+func SetDeferAccept(fd int) bool {
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, deferAcceptSeconds) == nil
+}

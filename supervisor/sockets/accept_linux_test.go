@@ -77,6 +77,10 @@ func TestAcceptedSocketsNoDelay(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		// A byte, so that a deferring listener queues it at once.
+		if _, err := c.Write([]byte{'G'}); err != nil {
+			t.Fatal(err)
+		}
 		var fd int
 		for i := 0; ; i++ {
 			fd, _, err = Accept(lfd)
@@ -119,5 +123,60 @@ func TestAcceptedSocketsNoDelay(t *testing.T) {
 		if v := noDelay(l.FD, l.Addr); v == 0 {
 			t.Errorf("listener %q: accepted socket without TCP_NODELAY", l.Name)
 		}
+	}
+}
+
+// TestListenersDeferAccept: Open's listeners defer accept (TCP_DEFER_ACCEPT,
+// docs/DESIGN.md §2.2): a connection that has sent nothing is not there to
+// accept yet, one that sent its first bytes is.
+func TestListenersDeferAccept(t *testing.T) {
+	cfg := testConfig(config.Listener{Name: "bound", Address: netip.MustParseAddrPort("127.0.0.1:0")})
+	ls, err := Open(cfg.Listeners, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ls[0]
+	defer unix.Close(l.FD)
+	if v, err := unix.GetsockoptInt(l.FD, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT); !l.Deferred || err != nil || v == 0 {
+		t.Fatalf("listener deferred %v, TCP_DEFER_ACCEPT %d (%v)", l.Deferred, v, err)
+	}
+	dialed := time.Now()
+	silent, err := net.DialTimeout("tcp", l.Addr.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	speaking, err := net.DialTimeout("tcp", l.Addr.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer speaking.Close()
+	if _, err := speaking.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	for i := 0; ; i++ {
+		fd, _, err = Accept(l.FD)
+		if err != unix.EAGAIN || i == 500 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	defer unix.Close(fd)
+	peer, _ := unix.Getpeername(fd)
+	if got := AddrPort(peer); got != speaking.LocalAddr().(*net.TCPAddr).AddrPort() {
+		t.Fatalf("accepted %v first, want the connection that sent its head (%v)", got, speaking.LocalAddr())
+	}
+	// The silent one waits in the kernel for about a second: not yet
+	// (unless this test itself was held up that long).
+	fd2, _, err := Accept(l.FD)
+	if err == nil {
+		unix.Close(fd2)
+	}
+	if err != unix.EAGAIN && time.Since(dialed) < 500*time.Millisecond {
+		t.Fatalf("a silent connection accepted at once (%v): the listener does not defer", err)
 	}
 }

@@ -33,3 +33,7 @@ func Accept(lfd int) (int, netip.AddrPort, error) {
 	}
 	return fd, AddrPort(sa), nil
 }
+
+// SetDeferAccept reports false: only Linux's TCP_DEFER_ACCEPT is used; here
+// every accepted connection waits for its first bytes under the poller.
+func SetDeferAccept(fd int) bool { return false }

@@ -28,6 +28,9 @@ type Listener struct {
 	FD      int
 	CfgAddr netip.AddrPort // the address the configuration asked for
 	Addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
+	// Deferred: the kernel queues a connection only once its first bytes
+	// arrived (SetDeferAccept), so accept finds input in it.
+	Deferred bool
 }
 
 // Bind creates a non-blocking, close-on-exec listening socket on addr,
@@ -139,7 +142,7 @@ func Open(ls []config.Listener, inherited map[string]int) ([]Listener, error) {
 		if err != nil {
 			return fail(fmt.Errorf("listener %q: %w", l.Name, err))
 		}
-		out = append(out, Listener{Name: l.Name, FD: fd, CfgAddr: l.Address, Addr: bound})
+		out = append(out, Listener{Name: l.Name, FD: fd, CfgAddr: l.Address, Addr: bound, Deferred: SetDeferAccept(fd)})
 	}
 	return out, nil
 }

@@ -145,7 +145,7 @@ func (c *Plain) Close() error {
 	if c.f != nil {
 		return c.f.Close()
 	}
-	return unix.Close(c.fd)
+	return sysio.Close(c.fd)
 }
 
 // Poll puts the connection under the runtime's poller, once.

@@ -1,0 +1,77 @@
+//go:build linux
+
+package ipc_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gatehouse-dev/gatehouse/ipc"
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"golang.org/x/sys/unix"
+)
+
+// TestSendBatch: the frames of a batch arrive in order, each with its own
+// descriptor or none, as separate frames; a full channel takes part of a
+// batch and then none (ErrWouldBlock).
+func TestSendBatch(t *testing.T) {
+	c, s, _, _ := newPair(t)
+	r, w := pipeFDs(t)
+	var outs []ipc.Out
+	for i := range 5 {
+		fd := -1
+		if i%2 == 0 {
+			fd = r
+		}
+		f := &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{ConnId: uint64(i + 1), HasFd: fd >= 0}}}
+		outs = append(outs, ipc.Out{B: encode(t, f), FD: fd})
+	}
+	n, err := c.SendBatch(outs)
+	if n != len(outs) || err != nil {
+		t.Fatalf("SendBatch sent %d of %d: %v", n, len(outs), err)
+	}
+	for i := range outs {
+		var f proto.Frame
+		fd, err := s.Recv(&f)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if got := f.GetDispatch().GetConnId(); got != uint64(i+1) || (fd >= 0) != (i%2 == 0) {
+			t.Fatalf("frame %d: connection %d, descriptor %d", i, got, fd)
+		}
+		if fd >= 0 {
+			// The descriptor is the pipe's read end: what w writes reads.
+			if _, err := unix.Write(w, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 1)
+			if n, err := unix.Read(fd, b); n != 1 || err != nil || b[0] != 'x' {
+				t.Fatalf("frame %d's descriptor reads %q, %v", i, b[:n], err)
+			}
+			unix.Close(fd)
+		}
+	}
+	// Fill the channel: the last call takes only part, the next none.
+	big := encode(t, helloOfSize(t, 60<<10))
+	fill := make([]ipc.Out, ipc.MaxBatch)
+	for i := range fill {
+		fill[i] = ipc.Out{B: big, FD: -1}
+	}
+	sent, partial := 0, false
+	for range 1000 {
+		n, err := c.SendBatch(fill)
+		if errors.Is(err, ipc.ErrWouldBlock) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < len(fill) {
+			partial = true
+		}
+		sent += n
+	}
+	if sent == 0 || !partial {
+		t.Fatalf("a full channel: %d frames sent, a partial batch %v; want some, and a partial one", sent, partial)
+	}
+}
