@@ -231,11 +231,19 @@ func (cs *connServer) localPort() string {
 }
 
 // inputEmpty reports whether the connection holds no input: none buffered
-// here and none in the socket.
+// here and none in the socket. A plain connection whose last read used up
+// the socket's input is known to hold none without a peek (a system call
+// per closing connection; nginx's rule too looks only at what it knows);
+// bytes a client sends after asking to close, which it may not (RFC 9112
+// §9.6), can come after a peek as well. A peer that has closed its side
+// and left nothing holds no input either: closing then resets nothing.
 func (cs *connServer) inputEmpty() bool {
 	if cs.pending() > 0 {
 		return false
 	}
-	_, err := sysio.Peek(cs.sockFD(), cs.peek1[:])
-	return err == unix.EAGAIN
+	if pc, ok := cs.nc.(*transport.Plain); ok && !cs.tls && pc.Drained() {
+		return true
+	}
+	n, err := sysio.Peek(cs.sockFD(), cs.peek1[:])
+	return err == unix.EAGAIN || err == nil && n == 0
 }

@@ -283,24 +283,42 @@ func TestRoundKeepAlive(t *testing.T) {
 }
 
 // TestRoundCloseLingersOnlyOnInput: a response to a client that asked to
-// close ends the connection at once (CLOSE) when nothing more came; with
-// input left unread the supervisor lingers (LINGER), so that closing sends
-// no reset ahead of the response.
+// close ends the connection at once (CLOSE) when nothing more came, or the
+// client closed its side and left nothing; with input left unread the
+// supervisor lingers (LINGER), so that closing sends no reset ahead of the
+// response. carried: the request comes carried, so the round reads nothing
+// from the socket and must look at it (a peek) to know it empty.
 func TestRoundCloseLingersOnlyOnInput(t *testing.T) {
 	h := startWorker(t)
+	const closing = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 	for _, tc := range []struct {
-		name  string
-		input string
-		want  proto.Disposition
+		name    string
+		input   string
+		carried bool
+		shut    bool // the client shuts its side after the request
+		want    proto.Disposition
 	}{
-		{"nothing after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", proto.Disposition_CLOSE},
-		{"bytes after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n", proto.Disposition_LINGER},
+		{"nothing after the request", closing, false, false, proto.Disposition_CLOSE},
+		{"bytes after the request", closing + "GET / HTTP/1.1\r\n", false, false, proto.Disposition_LINGER},
+		{"carried, nothing in the socket", closing, true, false, proto.Disposition_CLOSE},
+		{"carried, the client closed its side", closing, true, true, proto.Disposition_CLOSE},
+		{"the client closed its side", closing, false, true, proto.Disposition_CLOSE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := h.connect()
-			cl.write(t, tc.input)
-			waitReadable(t, cl.fd)
-			done := h.dispatch(cl, nil)
+			var carried []byte
+			if tc.carried {
+				carried = []byte(tc.input)
+			} else {
+				cl.write(t, tc.input)
+			}
+			if tc.shut {
+				cl.c.(*net.TCPConn).CloseWrite()
+			}
+			if !tc.carried || tc.shut {
+				waitReadable(t, cl.fd)
+			}
+			done := h.dispatch(cl, carried)
 			if r := cl.response(t); r.StatusCode != 200 || connection(r) != "close" {
 				t.Fatalf("status %d, Connection %q; want 200, close", r.StatusCode, connection(r))
 			}
