@@ -67,8 +67,9 @@ func TestDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"workers.count", cfg.Workers.Count, 4},
-		{"workers.concurrency", cfg.Workers.Concurrency, 8},
-		{"Workers.Share", cfg.Workers.Share(), 8},
+		{"workers.concurrency", cfg.Workers.Concurrency, 16},
+		{"Workers.Share", cfg.Workers.Share(), 16},
+		{"workers.hot_window", cfg.Workers.HotWindow, 50 * time.Millisecond},
 		{"workers.threads", cfg.Workers.Threads, 0},
 		{"first_byte_timeout", cfg.Limits.FirstByteTimeout, 5 * time.Second},
 		{"keep_alive_idle_timeout", cfg.Limits.KeepAliveIdleTimeout, 15 * time.Second},
