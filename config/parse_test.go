@@ -58,6 +58,16 @@ func wantError(tb testing.TB, src string, err error, want ...string) {
 	}
 }
 
+// TestDefaultPoolMatchesUpstreamCap: the default pool is an upstream's
+// default max_connections (docs/DESIGN.md §7), so that under the defaults a
+// proxied request is refused at the upstream's cap no sooner than it would
+// wait for a pool slot.
+func TestDefaultPoolMatchesUpstreamCap(t *testing.T) {
+	if pool := DefaultWorkerCount * DefaultWorkerConcurrency; pool != defaultMaxConnections {
+		t.Errorf("default pool %d, upstream max_connections default %d", pool, defaultMaxConnections)
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, minimal)
 	// The values of docs/DESIGN.md §7, written out rather than taken from the
