@@ -63,8 +63,15 @@ func startWorker(t *testing.T) *roundHarness {
 // Hello.
 func startWorkerWith(t *testing.T, src string, roots map[string]*os.Root) *roundHarness {
 	t.Helper()
+	return startWorkerOpts(t, src, roots, Options{})
+}
+
+// startWorkerOpts is startWorkerWith for a worker with an embedding
+// program's options.
+func startWorkerOpts(t *testing.T, src string, roots map[string]*os.Root, opts Options) *roundHarness {
+	t.Helper()
 	ws, ss := streamPair(t)
-	w := &Worker{log: hclog.NewNullLogger(), roots: roots}
+	w := &Worker{log: hclog.NewNullLogger(), roots: roots, opts: opts}
 	w.ch, w.calls.ch = ws, ws
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.run(nil) }()
@@ -326,6 +333,41 @@ func TestRoundCloseLingersOnlyOnInput(t *testing.T) {
 				t.Errorf("disposition %v, want %v", done.GetDisposition(), tc.want)
 			}
 		})
+	}
+}
+
+// TestRoundSlowCloseLooks: a round that took longer than drainedFresh does
+// not trust its read to say the socket is empty: bytes the client sent
+// while the handler ran (after asking to close, which it may not) are
+// found, and the supervisor lingers instead of resetting the response.
+func TestRoundSlowCloseLooks(t *testing.T) {
+	src := strings.Replace(roundsConfig, `route "/" {`, "route \"/slow\" {\n  embedded {\n    name = \"slow\"\n  }\n}\nroute \"/\" {", 1)
+	sent := make(chan struct{})
+	h := startWorkerOpts(t, src, nil, Options{Handlers: map[string]http.Handler{
+		"slow": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-sent:
+			case <-time.After(roundWait):
+			}
+			time.Sleep(10 * drainedFresh)
+			io.WriteString(w, "slow\n")
+		}),
+	}})
+	cl := h.connect()
+	cl.write(t, "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	waitReadable(t, cl.fd)
+	go func() {
+		// Once the head has been read (the handler runs), more input.
+		time.Sleep(5 * drainedFresh)
+		io.WriteString(cl.c, "GET / HTTP/1.1\r\n")
+		close(sent)
+	}()
+	done := h.dispatch(cl, nil)
+	if r := cl.response(t); r.StatusCode != 200 {
+		t.Fatalf("status %d", r.StatusCode)
+	}
+	if done.GetDisposition() != proto.Disposition_LINGER {
+		t.Errorf("disposition %v, want LINGER: input came while the handler ran", done.GetDisposition())
 	}
 }
 
