@@ -128,10 +128,10 @@ type Listener struct {
 // Workers is the `workers` block.
 type Workers struct {
 	Count       int // 1..256, default 4
-	Concurrency int // 1..1024, default 8
+	Concurrency int // 1..1024, default 16
 	// HotWindow is how long a worker keeps a kept-alive connection after a
 	// response, waiting for its next request, while no connection waits
-	// for a slot (default 2 ms, 0 off).
+	// for a slot (default 50 ms, 0 off).
 	HotWindow time.Duration
 	// MaxRoundsPerWorker recycles a worker after this many rounds; it is
 	// replaced before it leaves (0..2^40, default 0: never).

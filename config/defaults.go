@@ -7,8 +7,18 @@ import (
 
 // Defaults for every key the file may leave out (docs/DESIGN.md §7).
 const (
-	DefaultWorkerCount       = 4
-	DefaultWorkerConcurrency = 8
+	DefaultWorkerCount = 4
+	// DefaultWorkerConcurrency makes the pool 64, an upstream's default
+	// max_connections: enough slots that busy kept-alive connections from
+	// many clients stay hot, and no more, so that a proxied route under the
+	// defaults meets the upstream's cap (a 503 at once) no sooner than the
+	// pool (a wait) (docs/DESIGN.md §7).
+	DefaultWorkerConcurrency = 16
+	// DefaultHotWindow outlasts a busy client's gap between a response and
+	// its next request on a loaded machine, or over a network; a hot
+	// connection gives its slot back the moment anyone waits, so a longer
+	// window holds nobody up.
+	DefaultHotWindow = 50 * time.Millisecond
 	// DefaultTLSMaxIdleSessions leaves room under the worker's descriptor
 	// limit (4096) for its connections in flight and upstream connections.
 	DefaultTLSMaxIdleSessions      = 2048
@@ -69,7 +79,7 @@ func defaults() Config {
 		Workers: Workers{
 			Count:       DefaultWorkerCount,
 			Concurrency: DefaultWorkerConcurrency,
-			HotWindow:   2 * time.Millisecond,
+			HotWindow:   DefaultHotWindow,
 
 			TLSMaxIdleSessions: DefaultTLSMaxIdleSessions,
 			MaxKeptConnections: DefaultMaxKeptConnections,

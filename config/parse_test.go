@@ -58,6 +58,16 @@ func wantError(tb testing.TB, src string, err error, want ...string) {
 	}
 }
 
+// TestDefaultPoolMatchesUpstreamCap: the default pool is an upstream's
+// default max_connections (docs/DESIGN.md §7), so that under the defaults a
+// proxied request is refused at the upstream's cap no sooner than it would
+// wait for a pool slot.
+func TestDefaultPoolMatchesUpstreamCap(t *testing.T) {
+	if pool := DefaultWorkerCount * DefaultWorkerConcurrency; pool != defaultMaxConnections {
+		t.Errorf("default pool %d, upstream max_connections default %d", pool, defaultMaxConnections)
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, minimal)
 	// The values of docs/DESIGN.md §7, written out rather than taken from the
@@ -67,8 +77,9 @@ func TestDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"workers.count", cfg.Workers.Count, 4},
-		{"workers.concurrency", cfg.Workers.Concurrency, 8},
-		{"Workers.Share", cfg.Workers.Share(), 8},
+		{"workers.concurrency", cfg.Workers.Concurrency, 16},
+		{"Workers.Share", cfg.Workers.Share(), 16},
+		{"workers.hot_window", cfg.Workers.HotWindow, 50 * time.Millisecond},
 		{"workers.threads", cfg.Workers.Threads, 0},
 		{"first_byte_timeout", cfg.Limits.FirstByteTimeout, 5 * time.Second},
 		{"keep_alive_idle_timeout", cfg.Limits.KeepAliveIdleTimeout, 15 * time.Second},

@@ -7,7 +7,7 @@ listener "http" {
 
 workers {
   count       = 4
-  concurrency = 8
+  concurrency = 16
 }
 
 limits {

@@ -10,7 +10,16 @@ const (
 	connSlotBits = 22
 	connSlotMask = 1<<connSlotBits - 1
 	seqLimit     = 1 << (kindShift - connSlotBits)
-	chunkSize    = 256 // records per chunk
+	// chunkBytes is what one chunk is allocated as: whole pages, since the
+	// Go runtime gives an object over 32 KiB whole 8 KiB pages. A chunk of
+	// 256 records of 168 bytes (43 272 bytes) took six pages, 192 bytes a
+	// record; five pages hold as many records as fit, so a parked
+	// connection costs its record and one byte (TestSlabChunkFitsPages).
+	chunkBytes = 5 << 13
+	// chunkSize is how many records a chunk holds: as many as fit in
+	// chunkBytes beside their free list and its count, for a record of
+	// 168 bytes. At most 256, as a free slot's index is a byte.
+	chunkSize = 242
 )
 
 // connSlab holds the connection records, in chunks that never move, so a
@@ -29,7 +38,7 @@ type connSlab struct {
 
 type connChunk struct {
 	recs  [chunkSize]conn
-	free  [chunkSize]uint8 // free[:nfree] are the free slots' indexes
+	free  [chunkSize]uint8 // free[:nfree] are the free slots' indexes; chunkSize <= 256
 	nfree int
 }
 

@@ -14,6 +14,29 @@ func TestConnRecordSize(t *testing.T) {
 	}
 }
 
+// TestSlabChunkFitsPages: a chunk is allocated as whole pages (chunkBytes)
+// and leaves no room in them for another record, so a record costs its own
+// size and a byte of free list, not a page's leftover shared out.
+func TestSlabChunkFitsPages(t *testing.T) {
+	size, rec := unsafe.Sizeof(connChunk{}), unsafe.Sizeof(conn{})
+	if chunkBytes%8192 != 0 {
+		t.Fatalf("chunkBytes %d is not whole pages", chunkBytes)
+	}
+	if size > chunkBytes {
+		t.Errorf("a chunk is %d bytes, over its %d", size, chunkBytes)
+	}
+	if size+rec+1 <= chunkBytes {
+		t.Errorf("a chunk of %d bytes leaves room for another %d-byte record in %d: make chunkSize %d",
+			size, rec, chunkBytes, (chunkBytes-8)/(rec+1))
+	}
+	if chunkSize > 256 {
+		t.Errorf("chunkSize %d: a free slot's index is a byte", chunkSize)
+	}
+	if per := float64(chunkBytes) / chunkSize; per > float64(rec)+2 {
+		t.Errorf("a record costs %.1f bytes of its chunk, its size is %d", per, rec)
+	}
+}
+
 func TestSlabIDs(t *testing.T) {
 	var s connSlab
 	seen := map[uint64]bool{}

@@ -63,8 +63,15 @@ func startWorker(t *testing.T) *roundHarness {
 // Hello.
 func startWorkerWith(t *testing.T, src string, roots map[string]*os.Root) *roundHarness {
 	t.Helper()
+	return startWorkerOpts(t, src, roots, Options{})
+}
+
+// startWorkerOpts is startWorkerWith for a worker with an embedding
+// program's options.
+func startWorkerOpts(t *testing.T, src string, roots map[string]*os.Root, opts Options) *roundHarness {
+	t.Helper()
 	ws, ss := streamPair(t)
-	w := &Worker{log: hclog.NewNullLogger(), roots: roots}
+	w := &Worker{log: hclog.NewNullLogger(), roots: roots, opts: opts}
 	w.ch, w.calls.ch = ws, ws
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.run(nil) }()
@@ -283,30 +290,42 @@ func TestRoundKeepAlive(t *testing.T) {
 }
 
 // TestRoundCloseLingersOnlyOnInput: a response to a client that asked to
-// close ends the connection at once (CLOSE) when nothing more came; with
-// input left unread the supervisor lingers (LINGER), so that closing sends
-// no reset ahead of the response.
+// close ends the connection at once (CLOSE) when nothing more came, or the
+// client closed its side and left nothing; with input left unread the
+// supervisor lingers (LINGER), so that closing sends no reset ahead of the
+// response. carried: the request comes carried, so the round reads nothing
+// from the socket and must look at it (a peek) to know it empty.
 func TestRoundCloseLingersOnlyOnInput(t *testing.T) {
 	h := startWorker(t)
+	const closing = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 	for _, tc := range []struct {
-		name  string
-		input string
-		fin   bool // the client closes its side after the request
-		want  proto.Disposition
+		name    string
+		input   string
+		carried bool
+		shut    bool // the client shuts its side after the request
+		want    proto.Disposition
 	}{
-		{"nothing after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", false, proto.Disposition_CLOSE},
-		{"bytes after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n", false, proto.Disposition_LINGER},
-		// Its FIN leaves nothing to read: a close resets nothing.
-		{"the client's FIN after the request", "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", true, proto.Disposition_CLOSE},
+		{"nothing after the request", closing, false, false, proto.Disposition_CLOSE},
+		{"bytes after the request", closing + "GET / HTTP/1.1\r\n", false, false, proto.Disposition_LINGER},
+		{"carried, nothing in the socket", closing, true, false, proto.Disposition_CLOSE},
+		{"carried, the client closed its side", closing, true, true, proto.Disposition_CLOSE},
+		{"the client closed its side", closing, false, true, proto.Disposition_CLOSE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := h.connect()
-			cl.write(t, tc.input)
-			if tc.fin {
+			var carried []byte
+			if tc.carried {
+				carried = []byte(tc.input)
+			} else {
+				cl.write(t, tc.input)
+			}
+			if tc.shut {
 				cl.c.(*net.TCPConn).CloseWrite()
 			}
-			waitReadable(t, cl.fd)
-			done := h.dispatch(cl, nil)
+			if !tc.carried || tc.shut {
+				waitReadable(t, cl.fd)
+			}
+			done := h.dispatch(cl, carried)
 			if r := cl.response(t); r.StatusCode != 200 || connection(r) != "close" {
 				t.Fatalf("status %d, Connection %q; want 200, close", r.StatusCode, connection(r))
 			}
@@ -314,6 +333,41 @@ func TestRoundCloseLingersOnlyOnInput(t *testing.T) {
 				t.Errorf("disposition %v, want %v", done.GetDisposition(), tc.want)
 			}
 		})
+	}
+}
+
+// TestRoundSlowCloseLooks: a round that took longer than drainedFresh does
+// not trust its read to say the socket is empty: bytes the client sent
+// while the handler ran (after asking to close, which it may not) are
+// found, and the supervisor lingers instead of resetting the response.
+func TestRoundSlowCloseLooks(t *testing.T) {
+	src := strings.Replace(roundsConfig, `route "/" {`, "route \"/slow\" {\n  embedded {\n    name = \"slow\"\n  }\n}\nroute \"/\" {", 1)
+	sent := make(chan struct{})
+	h := startWorkerOpts(t, src, nil, Options{Handlers: map[string]http.Handler{
+		"slow": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-sent:
+			case <-time.After(roundWait):
+			}
+			time.Sleep(10 * drainedFresh)
+			io.WriteString(w, "slow\n")
+		}),
+	}})
+	cl := h.connect()
+	cl.write(t, "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	waitReadable(t, cl.fd)
+	go func() {
+		// Once the head has been read (the handler runs), more input.
+		time.Sleep(5 * drainedFresh)
+		io.WriteString(cl.c, "GET / HTTP/1.1\r\n")
+		close(sent)
+	}()
+	done := h.dispatch(cl, nil)
+	if r := cl.response(t); r.StatusCode != 200 {
+		t.Fatalf("status %d", r.StatusCode)
+	}
+	if done.GetDisposition() != proto.Disposition_LINGER {
+		t.Errorf("disposition %v, want LINGER: input came while the handler ran", done.GetDisposition())
 	}
 }
 

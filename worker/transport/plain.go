@@ -37,6 +37,9 @@ type Plain struct {
 	// noWait makes a read that would block fail with ErrWouldBlock
 	// instead of waiting under the poller.
 	noWait bool
+	// drained: the last read, made directly, found the socket's input used
+	// up (it returned less than it asked for, or nothing under noWait).
+	drained bool
 }
 
 // ErrWouldBlock is a read's answer under SetNoWait when the socket holds
@@ -53,6 +56,14 @@ func (c *Plain) FD() int { return c.fd }
 // (Poll).
 func (c *Plain) Polled() bool { return c.f != nil }
 
+// Drained reports whether the last read, made without the poller, left
+// nothing in the socket: it returned fewer bytes than it asked for (the
+// receive queue ran out), or found none under SetNoWait. It is false once
+// under the poller, and before any read. A round that answers a client
+// which asked to close learns from it, without a peek, that no input
+// waits whose unread bytes would turn the close into a reset.
+func (c *Plain) Drained() bool { return c.f == nil && c.drained }
+
 // SetNoWait makes a read that would wait fail with ErrWouldBlock (on) while
 // the connection is not under the poller, or wait again (off).
 func (c *Plain) SetNoWait(on bool) { c.noWait = on }
@@ -63,6 +74,7 @@ func (c *Plain) Read(p []byte) (int, error) {
 			return 0, nil
 		}
 		n, err := IgnoringEINTR(func() (int, error) { return sysio.Read(c.fd, p) })
+		c.drained = err == nil && n < len(p) || err == unix.EAGAIN
 		switch {
 		case err == nil && n > 0:
 			return n, nil

@@ -81,6 +81,34 @@ func TestPlainConnReadWaitsWithDeadline(t *testing.T) {
 	}
 }
 
+// Drained says whether the last read left the socket empty: a read that got
+// less than it asked for did, one that filled its buffer may not have, and
+// once under the poller nothing is known.
+func TestPlainConnDrained(t *testing.T) {
+	c, peer := plainPair(t)
+	if c.Drained() {
+		t.Fatal("drained before any read")
+	}
+	unix.Write(peer, []byte("0123456789"))
+	if n, err := c.Read(make([]byte, 4)); n != 4 || err != nil {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if c.Drained() {
+		t.Fatal("a read that filled its buffer reported the socket drained")
+	}
+	if n, err := c.Read(make([]byte, 64)); n != 6 || err != nil {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if !c.Drained() {
+		t.Fatal("a read that got less than it asked for did not report the socket drained")
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	c.Read(make([]byte, 8)) // waits under the poller, to the deadline
+	if c.Drained() {
+		t.Fatal("drained reported under the poller")
+	}
+}
+
 // noWait answers ErrWouldBlock instead of waiting, and a closed peer is EOF.
 func TestPlainConnNoWaitAndEOF(t *testing.T) {
 	c, peer := plainPair(t)
