@@ -4,11 +4,13 @@ app behind the server send, not 13 bytes.
   site      a page and its assets, 1 KB to 1 MB (html 15 KB, css 60 KB, js
             250 KB, a font 40 KB, images 1 KB..1 MB), generated into one
             directory every server serves (gatehouse's static route, net/http's
-            FileServer, nginx's root); wrk --latency with a Lua script cycling
-            the ten paths, keep-alive, over plain HTTP and over TLS
+            FileServer, nginx's root); scripts/bench/loadgen keep-alive from
+            --client-addrs source addresses (or, with --real-client wrk, wrk
+            --latency with a Lua script from one address), each connection
+            cycling the ten paths, over plain HTTP and over TLS
   api-2k,   a JSON API: 2 048- and 204 800-byte documents from
   api-200k  scripts/bench/upstream behind gatehouse's proxy route, net/http's
-            httputil.ReverseProxy and nginx's proxy_pass; wrk keep-alive
+            httputil.ReverseProxy and nginx's proxy_pass; keep-alive, as the site
   ws        WebSocket echo over TLS through each proxy to the same upstream:
             scripts/bench/wsload, 1 KiB messages, one in flight per connection
 
@@ -303,6 +305,16 @@ def wsload(args, addr, duration):
 
 
 def measure(args, s, kind, script):
+    if args.real_client == "loadgen" and kind != "ws-tls":
+        import conns
+        paths = ["/" + n for n, _ in SITE] if kind.startswith("site") else \
+            ["/api/small" if kind == "api-2k" else "/api/large"]
+        tls = kind == "site-https"
+        r = conns.loadgen(args, s.tls_addr if tls else s.addr, "keepalive", args.real_conns, tls=tls, paths=paths)
+        r["socket_errors"] = r.get("errors") or {}
+        # CPU per request is over the whole run, the requests ending after the window too
+        r["requests"] = r.get("requests_total")
+        return r
     if kind == "site-http":
         return bench.wrk(s.addr, args.real_conns, args.duration, False, path="/", script=script)
     if kind == "site-https":
@@ -347,7 +359,10 @@ def phase_real(args, res, tmp, logdir, nethttp_bin):
         servers.append(RealNginx(base + 9, tmp, logdir, args.nofile, site, up.addr, cert))
     out["site"] = [{"path": "/" + n, "bytes": b} for n, b in SITE]
     out["config"] = {
-        "duration_s": args.duration, "rounds": args.rounds, "wrk": "wrk -t2 -c%d --latency" % args.real_conns,
+        "duration_s": args.duration, "rounds": args.rounds,
+        "client": ("scripts/bench/loadgen -mode keepalive -c %d from %d source addresses" % (
+            args.real_conns, args.client_addrs)) if args.real_client == "loadgen" else
+        "wrk -t2 -c%d --latency, from 127.0.0.1" % args.real_conns,
         "ws": "wsload -c %d -size %d over TLS" % (args.ws_conns, args.ws_size),
         "gatehouse-shipped": "every key at its default (workers 4x8, hot_window 2ms, limits), access log on to a file",
         "gatehouse-shipped-nolog": "as gatehouse-shipped, log.access_log = false",
