@@ -641,9 +641,10 @@ def markdown(sm):
     lines.append("")
     lines.append("Stall check (a gatehouse p99 of 40 ms or more where net/http's is under 20 ms): %s." % (
         "; ".join(stalls) if stalls else "none"))
-    lines.append("")
-    lines.append("| access log, as shipped | on | off | on / off | CPU µs per request, on / off |")
-    lines.append("|---|---:|---:|---:|---:|")
+    if any("access_log_on_over_off" in (sm.get(kind) or {}) for kind in MEASURES):
+        lines.append("")
+        lines.append("| access log, as shipped | on | off | on / off | CPU µs per request, on / off |")
+        lines.append("|---|---:|---:|---:|---:|")
     for kind in MEASURES:
         k = sm.get(kind) or {}
         if "access_log_on_over_off" in k:
