@@ -1238,6 +1238,8 @@ def main():
     ap.add_argument("--per-client-cap", type=int, default=65535,
                     help="gatehouse's max_connections_per_client (default 65535: the load comes from one address)")
     args = ap.parse_args()
+    # servers run in their own directories and are given paths under OUT
+    args.out = os.path.abspath(args.out)
     args.conns = [int(c) for c in args.conns.split(",")]
     args.tls_conns = [int(c) for c in args.tls_conns.split(",")]
     if not args.nofile:
