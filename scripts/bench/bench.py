@@ -1187,6 +1187,8 @@ def main():
     ap.add_argument("--client-addrs", type=int, default=64,
                     help="source addresses of loadgen's load (conns, syscalls and real phases)")
     ap.add_argument("--conns-loads", default="close,handshake,keepalive", help="the conns phase's loads")
+    ap.add_argument("--conns-gatehouse", default="shipped,tuned",
+                    help="gatehouse configurations of the conns, parked and syscalls phases")
     ap.add_argument("--syscall-conns", type=int, default=20000,
                     help="connections counted with perf stat in the syscalls phase")
     ap.add_argument("--strace-conns", type=int, default=2000,
@@ -1225,8 +1227,9 @@ def main():
                     help="which servers to measure (with --no-compare-default-workers and --gatehouse-before, "
                          "'gatehouse,nethttp' measures exactly gatehouse before, after and net/http)")
     ap.add_argument("--gatehouse-before", default="",
-                    help="a second gatehouse binary (e.g. built from an older commit) measured in the throughput "
-                         "phase beside --gatehouse, same configuration, interleaved, as server 'gatehouse-before'")
+                    help="a second gatehouse binary (e.g. built from an older commit) measured beside --gatehouse, "
+                         "same configuration, interleaved: in the throughput phase as server 'gatehouse-before', in the "
+                         "conns, parked and syscalls phases as 'gatehouse-before-shipped' and '-tuned'")
     ap.add_argument("--workers", default="2x64",
                     help="gatehouse workers (COUNTxCONCURRENCY or 'default') of the idle, attack and costs phases")
     ap.add_argument("--throughput-workers", default="2x1024",

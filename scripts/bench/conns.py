@@ -16,6 +16,11 @@ client addresses (scripts/bench/loadgen, --client-addrs source addresses from
             breakdown by call from `strace -c -f` (which slows the server, so
             its time-driven calls, futex and nanosleep, are inflated there)
 
+With --gatehouse-before BIN, the same two gatehouse configurations from BIN
+join the rotation ("before, as shipped", "before, tuned") and the summary
+gives after / before for each load: issue 32's A/B of one lever.
+--conns-gatehouse shipped (or tuned) keeps one configuration, halving an A/B.
+
 Four servers, each one process (tree) with a plain and a TLS listener
 (ECDSA P-256) answering "hello, world\\n": gatehouse as shipped (every key at
 its default, the access log on, to a file), gatehouse tuned (the throughput
@@ -40,7 +45,10 @@ LOADS = [("close", "close", 64, False), ("close", "close", 256, False), ("close"
          ("keepalive", "keepalive", 64, False), ("keepalive", "keepalive", 256, False),
          ("keepalive", "keepalive", 1000, False)]
 NAME = {"gatehouse-shipped": "gatehouse as shipped", "gatehouse-tuned": "gatehouse tuned",
+        "gatehouse-before-shipped": "before, as shipped", "gatehouse-before-tuned": "before, tuned",
         "nethttp": "net/http", "nginx": "nginx"}
+# (after, before) pairs of an A/B run (--gatehouse-before BIN)
+PAIRS = [("gatehouse-shipped", "gatehouse-before-shipped"), ("gatehouse-tuned", "gatehouse-before-tuned")]
 LABEL = {"close": "`Connection: close`", "handshake": "new TLS handshakes", "keepalive": "keep-alive"}
 
 
@@ -151,8 +159,14 @@ def servers(args, tmp, logdir, nethttp_bin, cert):
     names = args.servers.split(",")
     out = []
     if "gatehouse" in names:
-        out.append(ConnGatehouse("gatehouse-shipped", base, tmp, logdir, args.gatehouse, cert, False, args))
-        out.append(ConnGatehouse("gatehouse-tuned", base + 2, tmp, logdir, args.gatehouse, cert, True, args))
+        configs = args.conns_gatehouse.split(",")
+        for i, (tag, tuned) in enumerate((("shipped", False), ("tuned", True))):
+            if tag not in configs:
+                continue
+            if args.gatehouse_before:
+                out.append(ConnGatehouse("gatehouse-before-" + tag, base + 8 + 2 * i, tmp, logdir,
+                                         args.gatehouse_before, cert, tuned, args))
+            out.append(ConnGatehouse("gatehouse-" + tag, base + 2 * i, tmp, logdir, args.gatehouse, cert, tuned, args))
     if "nethttp" in names:
         out.append(ConnNetHTTP(base + 4, tmp, logdir, nethttp_bin, cert))
     if "nginx" in names:
@@ -266,17 +280,18 @@ def summary(rows):
                     "client_cpu_us_per_request": m([r.get("client_cpu_us_per_request") for r in rs]),
                     "failed": sum(r.get("failed") or 0 for r in rs), "non2xx": sum(r.get("non2xx") or 0 for r in rs),
                     "resumed": sum(r.get("resumed") or 0 for r in rs), "rounds": len(rs)}
-        for g in ("gatehouse-shipped", "gatehouse-tuned"):
-            for o in ("nethttp", "nginx"):
-                if g in k and o in k:
-                    per = []
-                    for rnd in sorted({r["round"] for r in mine}):
-                        a = [r.get("rps") for r in mine if r["server"] == g and r["round"] == rnd]
-                        b = [r.get("rps") for r in mine if r["server"] == o and r["round"] == rnd]
-                        if a and b and a[0] and b[0]:
-                            per.append(round(a[0] / b[0], 3))
-                    k[g]["vs_" + o] = ratio(k[g]["rps"], k[o]["rps"])
-                    k[g]["vs_%s_per_round" % o] = per
+        others = [(g, o, o) for g in ("gatehouse-shipped", "gatehouse-tuned") for o in ("nethttp", "nginx")]
+        for g, o, key in others + [(a, b, "before") for a, b in PAIRS]:
+            if g not in k or o not in k:
+                continue
+            per = []
+            for rnd in sorted({r["round"] for r in mine}):
+                x = [r.get("rps") for r in mine if r["server"] == g and r["round"] == rnd]
+                y = [r.get("rps") for r in mine if r["server"] == o and r["round"] == rnd]
+                if x and y and x[0] and y[0]:
+                    per.append(round(x[0] / y[0], 3))
+            k[g]["vs_" + key] = ratio(k[g]["rps"], k[o]["rps"])
+            k[g]["vs_%s_per_round" % key] = per
     return sm
 
 
@@ -308,6 +323,21 @@ def markdown(sm):
         errs = ", ".join("%s %d/%d/%d" % (NAME[s], k[s]["failed"], k[s]["non2xx"], k[s]["resumed"]) for s in cols
                          if s in k and (k[s]["failed"] or k[s]["non2xx"] or k[s]["resumed"])) or "none"
         lines.append("| %s, %s clients | %s | %s |" % (LABEL[tag], c, " | ".join(cells), errs))
+    pairs = [(a, b) for a, b in PAIRS if any(a in k and b in k for k in sm.values())]
+    if pairs:
+        lines += ["", "| load | " + " | ".join("%s, after / before: rate; CPU per request" % NAME[a] for a, _ in pairs) + " |",
+                  "|---|" + "---|" * len(pairs)]
+        for key, k in sm.items():
+            tag, c = key.rsplit("-", 1)
+            cells = []
+            for a, b in pairs:
+                if a not in k or b not in k:
+                    cells.append("-")
+                    continue
+                cells.append("%s; %s" % (rr(k[a], "before"), "%.2f×" % (
+                    k[a]["server_cpu_us_per_request"] / k[b]["server_cpu_us_per_request"])
+                    if k[a]["server_cpu_us_per_request"] and k[b]["server_cpu_us_per_request"] else "-"))
+            lines.append("| %s, %s clients | %s |" % (LABEL[tag], c, " | ".join(cells)))
     return "\n".join(lines) + "\n"
 
 
