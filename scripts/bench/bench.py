@@ -2,14 +2,28 @@
 """gatehouse benchmark driver (run by scripts/bench/run.sh, i.e. `make bench`).
 
 Starts gatehouse, a Go net/http server and nginx on 127.0.0.1, each answering
-"hello, world\n" (13 bytes), and measures them interleaved (A B C A B C ...):
+"hello, world\n" (13 bytes), and measures them interleaved (A B C A B C ...).
+`make bench` runs conns, parked, syscalls and real (--phases; about 20 minutes
+on 2 cores); the others run when named:
 
-  throughput  wrk -t2 -c{64,256,1000} -d{D}s --latency, keep-alive and
+  conns       (conns.py) gatehouse as shipped and tuned, net/http and nginx
+              under scripts/bench/loadgen from --client-addrs source
+              addresses: `Connection: close` at 64/256/1000 clients, new TLS
+              handshakes at 64, keep-alive at 64/256/1000; ratios to net/http
+              and nginx, the servers' and the load generator's CPU per request
+  parked      (conns.py) RSS per parked connection after one request, 10 000
+              held, baseline after a 200-request warm-up, whole process tree
+  syscalls    (conns.py) system calls and context switches per
+              `Connection: close` connection, supervisor and workers apart
+              (perf stat at full speed; strace -c -f for the breakdown)
+  throughput  (from one address) wrk -t2 -c{64,256,1000} -d{D}s --latency, keep-alive and
               Connection: close; requests/s, p50, p99
   real        real traffic (real.py): a page and its assets of 1 KB to 1 MB
-              over plain and TLS, a proxied JSON API of 2 KB and 200 KB, and
-              WebSocket echo over TLS; gatehouse as shipped (access log on
-              and off) and tuned; requests/s, p99 and bytes/s
+              over plain and TLS, a proxied JSON API of 2 KB and 200 KB
+              (loadgen from --client-addrs addresses, or wrk with
+              --real-client wrk), and WebSocket echo over TLS; gatehouse as
+              shipped (and with the access log off, --real-gatehouse) and
+              tuned; requests/s, p99 and bytes/s
   realprofile where gatehouse as shipped spends its time on the real site
               mix and the 2 KB API (not run by default)
   reallevers  the site mix against gatehouse as shipped with one default
@@ -1165,9 +1179,22 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--gatehouse", default=os.path.join(ROOT, "bin", "gatehouse"))
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--conns", default="64,256,1000")
-    ap.add_argument("--phases", default="throughput,real,costs,profile,idle,attack,distributed,tls,tlsprofile,ipc")
+    ap.add_argument("--phases", default="conns,parked,syscalls,real",
+                    help="comma-separated; also throughput, realprofile, reallevers, idle, attack, distributed, "
+                         "costs, profile, tls, tlsprofile, ipc")
+    ap.add_argument("--client-addrs", type=int, default=64,
+                    help="source addresses of loadgen's load (conns, syscalls and real phases)")
+    ap.add_argument("--conns-loads", default="close,handshake,keepalive", help="the conns phase's loads")
+    ap.add_argument("--conns-gatehouse", default="shipped,tuned",
+                    help="gatehouse configurations of the conns, parked and syscalls phases")
+    ap.add_argument("--syscall-conns", type=int, default=20000,
+                    help="connections counted with perf stat in the syscalls phase")
+    ap.add_argument("--strace-conns", type=int, default=2000,
+                    help="connections counted with strace -c in the syscalls phase")
+    ap.add_argument("--real-client", choices=("loadgen", "wrk"), default="loadgen",
+                    help="the real-traffic phase's HTTP client: loadgen from --client-addrs addresses, or wrk from one")
     ap.add_argument("--compare-default-workers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure keep-alive throughput with gatehouse's default workers (4x8)")
     ap.add_argument("--nofile", type=int, default=0, help="servers' generous descriptor limit (default: hard limit)")
@@ -1189,7 +1216,7 @@ def main():
     ap.add_argument("--real-conns", type=int, default=64, help="wrk connections of the real-traffic phase")
     ap.add_argument("--real-measures", default="site-http,site-https,api-2k,api-200k,ws-tls",
                     help="the real-traffic phase's workloads")
-    ap.add_argument("--real-gatehouse", default="shipped,shipped-nolog,tuned",
+    ap.add_argument("--real-gatehouse", default="shipped,tuned",
                     help="the real-traffic phase's gatehouse configurations")
     ap.add_argument("--ws-conns", type=int, default=16,
                     help="WebSocket connections of the real-traffic phase (gatehouse's default streams per client: 16)")
@@ -1200,8 +1227,9 @@ def main():
                     help="which servers to measure (with --no-compare-default-workers and --gatehouse-before, "
                          "'gatehouse,nethttp' measures exactly gatehouse before, after and net/http)")
     ap.add_argument("--gatehouse-before", default="",
-                    help="a second gatehouse binary (e.g. built from an older commit) measured in the throughput "
-                         "phase beside --gatehouse, same configuration, interleaved, as server 'gatehouse-before'")
+                    help="a second gatehouse binary (e.g. built from an older commit) measured beside --gatehouse, "
+                         "same configuration, interleaved: in the throughput phase as server 'gatehouse-before', in the "
+                         "conns, parked and syscalls phases as 'gatehouse-before-shipped' and '-tuned'")
     ap.add_argument("--workers", default="2x64",
                     help="gatehouse workers (COUNTxCONCURRENCY or 'default') of the idle, attack and costs phases")
     ap.add_argument("--throughput-workers", default="2x1024",
@@ -1213,6 +1241,8 @@ def main():
     ap.add_argument("--per-client-cap", type=int, default=65535,
                     help="gatehouse's max_connections_per_client (default 65535: the load comes from one address)")
     args = ap.parse_args()
+    # servers run in their own directories and are given paths under OUT
+    args.out = os.path.abspath(args.out)
     args.conns = [int(c) for c in args.conns.split(",")]
     args.tls_conns = [int(c) for c in args.tls_conns.split(",")]
     if not args.nofile:
@@ -1232,6 +1262,7 @@ def main():
     args.legit_bin = build_go("./scripts/bench/legit", os.path.join(tmp, "legit"))
     args.slowattack_bin = build_go("./scripts/bench/slowattack", os.path.join(tmp, "slowattack"))
     args.handshake_bin = build_go("./scripts/bench/handshake", os.path.join(tmp, "handshake"))
+    args.loadgen_bin = build_go("./scripts/bench/loadgen", os.path.join(tmp, "loadgen"))
 
     if args.workers == "default":
         count = conc = 0
@@ -1257,7 +1288,7 @@ def main():
         "distributed_seconds": args.distributed_seconds,
         "tls_conns": args.tls_conns, "tls_handshake_conns": args.tls_handshake_conns,
         "tls_idle_conns": args.tls_idle_conns, "tls_idle_rounds": args.tls_idle_rounds,
-        "command": " ".join(sys.argv),
+        "command": " ".join(sys.argv), "phases": args.phases, "client_addrs": args.client_addrs,
         "ports": {s.name: s.port for s in servers},
     }}
     if args.gatehouse_before:
@@ -1272,7 +1303,15 @@ def main():
         os.replace(path + ".tmp", path)
 
     phases = args.phases.split(",")
+    # conns.py and real.py import this module as bench: the same one, not a second copy
+    sys.modules.setdefault("bench", sys.modules[__name__])
     try:
+        for name in ("conns", "parked", "syscalls"):
+            if name in phases:
+                import conns
+                getattr(conns, "phase_" + name)(args, res, tmp, logdir, nethttp_bin)
+                conns.write_markdown(args, res)
+                save()
         if "throughput" in phases:
             tp = tp_servers
             if args.gatehouse_before and gt in tp:

@@ -3,7 +3,10 @@
 // masked binary message of -size bytes sent and its echo read back whole
 // (request/response, one message in flight per connection).
 //
-//	wsload -addr 127.0.0.1:18102 -tls -c 16 -size 1024 -d 5s
+//	wsload -addr 127.0.0.1:18102 -tls -c 16 -size 1024 -d 5s -addrs 16
+//
+// With -addrs N, connection i comes from 127.0.0.(2 + i mod N), so that a
+// server's per-client limits see N clients (0: the kernel's choice, 127.0.0.1).
 //
 // With -tls it speaks TLS 1.2/1.3 over X25519 without verifying the bench's
 // self-signed certificate, offering only http/1.1 in ALPN. Every echo is
@@ -55,7 +58,12 @@ func main() {
 	conns := flag.Int("c", 16, "connections")
 	size := flag.Int("size", 1024, "message size in bytes")
 	dur := flag.Duration("d", 5*time.Second, "duration")
+	addrs := flag.Int("addrs", 0, "source addresses 127.0.0.2 upwards (0: 127.0.0.1); at most 252")
 	flag.Parse()
+	if *addrs < 0 || *addrs > 252 {
+		fmt.Fprintln(os.Stderr, "wsload: -addrs must be 0..252")
+		os.Exit(2)
+	}
 
 	var cfg *tls.Config
 	if *useTLS {
@@ -80,7 +88,11 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := open(*addr, *path, cfg)
+			var src net.Addr
+			if *addrs > 0 {
+				src = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%*addrs))}
+			}
+			s, err := open(*addr, *path, cfg, src)
 			if err != nil {
 				fail(err)
 				ready <- nil
@@ -136,8 +148,9 @@ type session struct {
 
 // open dials addr and upgrades path to a WebSocket, checking the 101's
 // Sec-WebSocket-Accept.
-func open(addr, path string, cfg *tls.Config) (*session, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+func open(addr, path string, cfg *tls.Config, src net.Addr) (*session, error) {
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: src}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
