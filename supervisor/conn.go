@@ -202,7 +202,7 @@ func (m mono) time() time.Time { return epoch.Add(time.Duration(m)) }
 //     takeKept, forget); any state but at_worker.
 //   - hot: a worker waits for a kept-alive connection's next request
 //     without returning it; to the dispatcher it is at_worker in round
-//     pool (hot.go).
+//     pool (affinity.go).
 //   - lowat: SO_RCVLOWAT raised on a parked TLS connection (tls.go).
 func (d *dispatcher) setState(c *conn, s connState, now time.Time) {
 	if moves[c.state]&(1<<s) == 0 {
