@@ -185,8 +185,10 @@ func (d *dispatcher) keepsPlain() bool {
 
 // pressured reports whether a readable connection waits for a slot: in the
 // pool's queue or in its client's. Every such connection is on the
-// no-worker timer list, whichever queue it is in.
-func (d *dispatcher) pressured() bool { return d.lists[listWaitTimers].n > 0 }
+// no-worker timer list, whichever queue it is in. While an upgrade hands
+// connections over, pressure stays on: a hot connection comes back at once
+// and moves to the new supervisor.
+func (d *dispatcher) pressured() bool { return d.lists[listWaitTimers].n > 0 || d.upgrade.out != nil }
 
 // signalPressure tells every worker when the pressure changed. It runs once
 // per loop iteration, after the events were handled.

@@ -58,7 +58,7 @@ func statesOf(ss ...connState) stateSet {
 // closing is permitted from every state. docs/DESIGN.md §2.1 lists the same
 // (TestDesignStates).
 var moves = [stateNew + 1]stateSet{
-	stateNew:      statesOf(stateFresh, stateProxy),
+	stateNew:      statesOf(stateFresh, stateProxy, stateIdle, stateHead, stateWaiting, stateAtWorker),
 	stateProxy:    statesOf(stateFresh),
 	stateFresh:    statesOf(stateHead, stateWaiting, stateAtWorker, stateLinger),
 	stateHead:     statesOf(stateWaiting, stateAtWorker, stateLinger),

@@ -34,6 +34,9 @@ const (
 	adminSocketMode = 0o600
 	// adminReloadTimeout bounds a reload asked on the admin socket.
 	adminReloadTimeout = time.Minute
+	// adminUpgradeTimeout bounds an upgrade asked on the admin socket: the
+	// new binary's start is bounded by less (run's upgradeReadyTimeout).
+	adminUpgradeTimeout = time.Minute
 )
 
 // ErrBind marks a failure to create the admin socket; cmd/gatehouse maps it
@@ -82,6 +85,13 @@ type Options struct {
 	Reload func(context.Context) error
 	// Drain performs the drain command. Default: the Supervisor's Drain.
 	Drain func()
+	// Upgrade performs the upgrade command with the new binary's path
+	// ("": the one gatehouse was started from) and returns what to tell
+	// the operator. Nil: the command is refused.
+	Upgrade func(ctx context.Context, path string) (string, error)
+	// Inherited is a listening socket at Path that the old supervisor of
+	// an upgrade passed on; Listen serves it instead of creating one.
+	Inherited *os.File
 }
 
 // Server serves the admin socket: one goroutine accepts, one per
@@ -101,10 +111,13 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // connection goroutines
 
-	// mu guards conns and closed.
+	// mu guards conns, closed and detached.
 	mu     sync.Mutex
 	conns  map[*net.UnixConn]struct{}
 	closed bool
+	// detached: the socket passed to a new supervisor, Close leaves its
+	// file.
+	detached bool
 }
 
 // Listen creates the admin socket at opts.Path with mode 0600, so that
@@ -124,12 +137,28 @@ func Listen(opts Options) (*Server, error) {
 	fail := func(err error) (*Server, error) {
 		return nil, fmt.Errorf("%w: admin socket %s: %w", ErrBind, opts.Path, err)
 	}
-	if err := removeStaleSocket(opts.Path); err != nil {
-		return fail(err)
-	}
-	ln, err := listenUnix(opts.Path)
-	if err != nil {
-		return fail(err)
+	var ln *net.UnixListener
+	if opts.Inherited != nil {
+		l, err := net.FileListener(opts.Inherited)
+		opts.Inherited.Close()
+		if err != nil {
+			return fail(err)
+		}
+		ul, ok := l.(*net.UnixListener)
+		if !ok {
+			l.Close()
+			return fail(errors.New("the inherited admin socket is not a Unix socket"))
+		}
+		ln = ul
+	} else {
+		if err := removeStaleSocket(opts.Path); err != nil {
+			return fail(err)
+		}
+		l, err := listenUnix(opts.Path)
+		if err != nil {
+			return fail(err)
+		}
+		ln = l
 	}
 	fi, err := os.Lstat(opts.Path)
 	if err != nil {
@@ -209,6 +238,17 @@ func removeStaleSocket(path string) error {
 // Path is the admin socket's path.
 func (a *Server) Path() string { return a.opts.Path }
 
+// Dup returns a duplicate of the listening socket, for a new supervisor.
+func (a *Server) Dup() (*os.File, error) { return a.ln.File() }
+
+// Detach leaves the socket file in place at Close: a new supervisor serves
+// it now.
+func (a *Server) Detach() {
+	a.mu.Lock()
+	a.detached = true
+	a.mu.Unlock()
+}
+
 // Serve answers admin connections about s until Close, then returns nil.
 // Call it once.
 func (a *Server) Serve(s Supervisor) error {
@@ -276,6 +316,7 @@ func (a *Server) Close() error {
 		return nil
 	}
 	a.closed = true
+	detached := a.detached
 	err := a.ln.Close()
 	a.cancel()
 	for c := range a.conns {
@@ -283,7 +324,7 @@ func (a *Server) Close() error {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
-	if fi, serr := os.Lstat(a.opts.Path); serr == nil && os.SameFile(fi, a.file) {
+	if fi, serr := os.Lstat(a.opts.Path); serr == nil && os.SameFile(fi, a.file) && !detached {
 		// After New dropped privileges this fails when the directory is
 		// not writable by the account dropped to: no descriptor kept from
 		// before the drop would let it unlink, and only a privileged
@@ -471,6 +512,25 @@ func (a *Server) do(req adminapi.Request, uid int) adminapi.Reply {
 		a.opts.Drain()
 		return adminapi.Reply{Message: "draining: no new connections, idle connections closed; requests in flight get " +
 			grace + " to finish, then are cut; gatehouse then exits"}
+	case adminapi.CmdUpgrade:
+		if len(req.Args) > 1 {
+			return argErr("upgrade [PATH]")
+		}
+		if a.opts.Upgrade == nil {
+			return adminapi.Reply{Error: "upgrade is not available in this process"}
+		}
+		path := ""
+		if len(req.Args) == 1 {
+			path = req.Args[0]
+		}
+		a.log.Info("admin command", "command", req.Command, "path", path, "uid", uid)
+		uctx, cancel := context.WithTimeout(a.ctx, adminUpgradeTimeout)
+		defer cancel()
+		msg, err := a.opts.Upgrade(uctx, path)
+		if err != nil {
+			return adminapi.Reply{Error: "upgrade failed, the running version keeps serving: " + err.Error()}
+		}
+		return adminapi.Reply{Message: msg}
 	case adminapi.CmdLogLevel:
 		if len(req.Args) != 1 {
 			return argErr("log-level trace|debug|info|warn|error")
@@ -482,5 +542,5 @@ func (a *Server) do(req adminapi.Request, uid int) adminapi.Reply {
 		return adminapi.Reply{Message: "log level set to " + req.Args[0]}
 	}
 	a.log.Warn("unknown admin command", "command", req.Command, "uid", uid)
-	return adminapi.Reply{Error: fmt.Sprintf("unknown command %q (status, workers, conns, clients, metrics, reload, drain, log-level)", req.Command)}
+	return adminapi.Reply{Error: fmt.Sprintf("unknown command %q (status, workers, conns, clients, metrics, reload, drain, upgrade, log-level)", req.Command)}
 }

@@ -51,6 +51,7 @@ type Outbound struct {
 	queue   []item
 	closing bool
 	wake    chan struct{}
+	done    chan struct{} // closed once the socket is closed
 	// sent counts the connections sent; lost those whose send failed.
 	sent, lost int
 
@@ -127,7 +128,7 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 	select {
 	case m := <-replies:
 		if r := m.GetReady(); r != nil {
-			out := &Outbound{s: s, log: o.Log, PID: int(r.GetPid()), Version: r.GetVersion(), wake: make(chan struct{}, 1)}
+			out := &Outbound{s: s, log: o.Log, PID: int(r.GetPid()), Version: r.GetVersion(), wake: make(chan struct{}, 1), done: make(chan struct{})}
 			go out.run()
 			return out, nil
 		}
@@ -227,7 +228,12 @@ func (o *Outbound) Counts() (sent, lost int) {
 	return o.sent, o.lost
 }
 
+// Wait returns once everything queued before Close was sent, or lost to a
+// failed socket, and the socket is closed.
+func (o *Outbound) Wait() { <-o.done }
+
 func (o *Outbound) run() {
+	defer close(o.done)
 	var failed error
 	for range o.wake {
 		o.mu.Lock()
