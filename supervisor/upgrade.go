@@ -273,6 +273,12 @@ func (d *dispatcher) upgradeTick(now time.Time) {
 		d.log.Warn("upgrade_grace over: closing the connections left", "connections", n)
 		for c := range d.conns.all() {
 			u.drained++
+			if c.state == stateAtWorker {
+				// Its worker ends the stream or the round and returns
+				// it; stop closes it then.
+				unix.Shutdown(c.fd, unix.SHUT_RDWR)
+				continue
+			}
 			d.closeConn(c)
 		}
 	}

@@ -241,12 +241,14 @@ func (a *Server) Path() string { return a.opts.Path }
 // Dup returns a duplicate of the listening socket, for a new supervisor.
 func (a *Server) Dup() (*os.File, error) { return a.ln.File() }
 
-// Detach leaves the socket file in place at Close: a new supervisor serves
-// it now.
+// Detach stops accepting and leaves the socket file in place at Close: a
+// new supervisor serves it now. Connections accepted already are served
+// on.
 func (a *Server) Detach() {
 	a.mu.Lock()
 	a.detached = true
 	a.mu.Unlock()
+	a.ln.Close()
 }
 
 // Serve answers admin connections about s until Close, then returns nil.
@@ -262,7 +264,7 @@ func (a *Server) Serve(s Supervisor) error {
 	for {
 		c, err := a.ln.AcceptUnix()
 		if err != nil {
-			if a.isClosed() {
+			if a.isClosed() || a.isDetached() {
 				return nil
 			}
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
@@ -287,6 +289,12 @@ func (a *Server) Serve(s Supervisor) error {
 		a.wg.Add(1)
 		go a.serveConn(c)
 	}
+}
+
+func (a *Server) isDetached() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.detached
 }
 
 func (a *Server) isClosed() bool {

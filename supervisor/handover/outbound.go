@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
@@ -110,36 +109,40 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 		cmd.Process.Kill()
 		return fail(fmt.Errorf("the new binary did not take the listeners (it exited at start?): %w", err))
 	}
-	replies := make(chan *proto.Handover, 1)
+	type reply struct {
+		m   *proto.Handover
+		err error
+	}
+	replies := make(chan reply, 1)
 	go func() {
 		buf, oob := recvBufs()
 		m, fds, err := s.recv(buf, oob)
 		closeAll(fds)
-		if err != nil {
-			m = &proto.Handover{Body: &proto.Handover_Failed{Failed: &proto.HandoverFailed{Reason: err.Error()}}}
-			if errors.Is(err, ErrFormat) {
-				m.GetFailed().Reason = "the new binary speaks another hand-over format: " + err.Error()
-			}
-		}
-		replies <- m
+		replies <- reply{m, err}
 	}()
 	timer := time.NewTimer(o.Timeout)
 	defer timer.Stop()
 	select {
-	case m := <-replies:
-		if r := m.GetReady(); r != nil {
-			out := &Outbound{s: s, log: o.Log, PID: int(r.GetPid()), Version: r.GetVersion(), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	case r := <-replies:
+		if ready := r.m.GetReady(); ready != nil {
+			out := &Outbound{s: s, log: o.Log, PID: int(ready.GetPid()), Version: ready.GetVersion(), wake: make(chan struct{}, 1), done: make(chan struct{})}
 			go out.run()
 			return out, nil
 		}
-		reason := m.GetFailed().GetReason()
-		if reason == "" || strings.HasSuffix(reason, "EOF") {
-			if err := waitBriefly(exited); err != nil {
-				return fail(fmt.Errorf("the new binary exited before it was ready: %v", err))
-			}
-			reason = "the new binary closed the hand-over socket before it was ready"
+		if f := r.m.GetFailed(); f != nil {
+			return fail(errors.New(f.GetReason()))
 		}
-		return fail(errors.New(reason))
+		if errors.Is(r.err, ErrFormat) {
+			cmd.Process.Kill()
+			return fail(fmt.Errorf("the new binary speaks another hand-over format: %w", r.err))
+		}
+		// The socket ended without a word: the binary is not a gatehouse
+		// that takes over, or it exited.
+		if how := waitBriefly(exited); how != nil {
+			return fail(fmt.Errorf("the new binary exited before it was ready: %v", how))
+		}
+		cmd.Process.Kill()
+		return fail(fmt.Errorf("the new binary did not answer on the hand-over socket: %v", r.err))
 	case err := <-exited:
 		exited <- err
 		return fail(fmt.Errorf("the new binary exited before it was ready: %v", exitText(err)))

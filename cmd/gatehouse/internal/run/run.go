@@ -192,8 +192,23 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 			log.Info("listening", "address", a.String(), "listener", cfg.Listeners[i].Name)
 		}
 	}
+	done := make(chan struct{})
+	defer close(done)
+	var watched supervised = sup
+	if in != nil {
+		watched = svc.takeOver(sup, in, done)
+	}
 	if adm != nil {
 		go func() {
+			if in != nil {
+				// The old gatehouse answers on the shared socket until
+				// this one serves in its place.
+				select {
+				case <-watched.Ready():
+				case <-done:
+					return
+				}
+			}
 			if err := adm.Serve(sup.Admin()); err != nil {
 				log.Error("admin socket stopped", "error", err)
 			}
@@ -205,8 +220,6 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		for {
 			select {
@@ -239,10 +252,6 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 			}
 		}
 	}()
-	var watched supervised = sup
-	if in != nil {
-		watched = svc.takeOver(sup, in, done)
-	}
 	go svc.notify.watch(done, watched, &svc.started)
 
 	if err := sup.Run(ctx); err != nil {
