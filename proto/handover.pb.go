@@ -27,7 +27,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ConnState is where a handed-over connection was.
+// HandedState is where a handed-over connection was.
 type HandedState int32
 
 const (

@@ -106,8 +106,11 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 		fds = append(fds, o.AdminFD)
 	}
 	if err := s.send(&proto.Handover{Body: &proto.Handover_Listeners{Listeners: ls}}, fds); err != nil {
+		if how := waitBriefly(exited); how != nil {
+			return fail(fmt.Errorf("the new binary exited before it was ready: %v", how))
+		}
 		cmd.Process.Kill()
-		return fail(fmt.Errorf("the new binary did not take the listeners (it exited at start?): %w", err))
+		return fail(fmt.Errorf("the new binary did not take the listeners: %w", err))
 	}
 	type reply struct {
 		m   *proto.Handover
