@@ -98,6 +98,7 @@ type Handover struct {
 	//	*Handover_State
 	//	*Handover_Conns
 	//	*Handover_BulkDone
+	//	*Handover_Progress
 	Body          isHandover_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -201,6 +202,15 @@ func (x *Handover) GetBulkDone() *HandoverBulkDone {
 	return nil
 }
 
+func (x *Handover) GetProgress() *HandoverProgress {
+	if x != nil {
+		if x, ok := x.Body.(*Handover_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
 type isHandover_Body interface {
 	isHandover_Body()
 }
@@ -236,6 +246,12 @@ type Handover_BulkDone struct {
 	BulkDone *HandoverBulkDone `protobuf:"bytes,7,opt,name=bulk_done,json=bulkDone,proto3,oneof"`
 }
 
+type Handover_Progress struct {
+	// old → new, every second after the bulk: what the old one still
+	// holds, for the new one's status.
+	Progress *HandoverProgress `protobuf:"bytes,8,opt,name=progress,proto3,oneof"`
+}
+
 func (*Handover_Listeners) isHandover_Body() {}
 
 func (*Handover_Ready) isHandover_Body() {}
@@ -247,6 +263,8 @@ func (*Handover_State) isHandover_Body() {}
 func (*Handover_Conns) isHandover_Body() {}
 
 func (*Handover_BulkDone) isHandover_Body() {}
+
+func (*Handover_Progress) isHandover_Body() {}
 
 // HandoverListener names one listening socket, sent as a descriptor.
 type HandoverListener struct {
@@ -857,11 +875,80 @@ func (x *HandoverBulkDone) GetConns() uint32 {
 	return 0
 }
 
+// HandoverProgress is the old supervisor's drain, as it goes.
+type HandoverProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pid           uint32                 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	Staying       uint32                 `protobuf:"varint,2,opt,name=staying,proto3" json:"staying,omitempty"` // connections it still holds
+	Sent          uint64                 `protobuf:"varint,3,opt,name=sent,proto3" json:"sent,omitempty"`       // connections handed over so far
+	Drained       uint64                 `protobuf:"varint,4,opt,name=drained,proto3" json:"drained,omitempty"` // connections it closed instead
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandoverProgress) Reset() {
+	*x = HandoverProgress{}
+	mi := &file_handover_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandoverProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandoverProgress) ProtoMessage() {}
+
+func (x *HandoverProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_handover_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandoverProgress.ProtoReflect.Descriptor instead.
+func (*HandoverProgress) Descriptor() ([]byte, []int) {
+	return file_handover_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HandoverProgress) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *HandoverProgress) GetStaying() uint32 {
+	if x != nil {
+		return x.Staying
+	}
+	return 0
+}
+
+func (x *HandoverProgress) GetSent() uint64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *HandoverProgress) GetDrained() uint64 {
+	if x != nil {
+		return x.Drained
+	}
+	return 0
+}
+
 var File_handover_proto protoreflect.FileDescriptor
 
 const file_handover_proto_rawDesc = "" +
 	"\n" +
-	"\x0ehandover.proto\x12\fgatehouse.v1\"\x81\x03\n" +
+	"\x0ehandover.proto\x12\fgatehouse.v1\"\xbf\x03\n" +
 	"\bHandover\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12?\n" +
 	"\tlisteners\x18\x02 \x01(\v2\x1f.gatehouse.v1.HandoverListenersH\x00R\tlisteners\x123\n" +
@@ -869,7 +956,8 @@ const file_handover_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x01(\v2\x1c.gatehouse.v1.HandoverFailedH\x00R\x06failed\x123\n" +
 	"\x05state\x18\x05 \x01(\v2\x1b.gatehouse.v1.HandoverStateH\x00R\x05state\x123\n" +
 	"\x05conns\x18\x06 \x01(\v2\x1b.gatehouse.v1.HandoverConnsH\x00R\x05conns\x12=\n" +
-	"\tbulk_done\x18\a \x01(\v2\x1e.gatehouse.v1.HandoverBulkDoneH\x00R\bbulkDoneB\x06\n" +
+	"\tbulk_done\x18\a \x01(\v2\x1e.gatehouse.v1.HandoverBulkDoneH\x00R\bbulkDone\x12<\n" +
+	"\bprogress\x18\b \x01(\v2\x1e.gatehouse.v1.HandoverProgressH\x00R\bprogressB\x06\n" +
 	"\x04body\"@\n" +
 	"\x10HandoverListener\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -912,7 +1000,12 @@ const file_handover_proto_rawDesc = "" +
 	"\rHandoverConns\x12.\n" +
 	"\x05conns\x18\x01 \x03(\v2\x18.gatehouse.v1.HandedConnR\x05conns\"(\n" +
 	"\x10HandoverBulkDone\x12\x14\n" +
-	"\x05conns\x18\x01 \x01(\rR\x05conns*g\n" +
+	"\x05conns\x18\x01 \x01(\rR\x05conns\"l\n" +
+	"\x10HandoverProgress\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\rR\x03pid\x12\x18\n" +
+	"\astaying\x18\x02 \x01(\rR\astaying\x12\x12\n" +
+	"\x04sent\x18\x03 \x01(\x04R\x04sent\x12\x18\n" +
+	"\adrained\x18\x04 \x01(\x04R\adrained*g\n" +
 	"\vHandedState\x12\x10\n" +
 	"\fHANDED_FRESH\x10\x00\x12\x0f\n" +
 	"\vHANDED_IDLE\x10\x01\x12\x0f\n" +
@@ -933,7 +1026,7 @@ func file_handover_proto_rawDescGZIP() []byte {
 }
 
 var file_handover_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_handover_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_handover_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_handover_proto_goTypes = []any{
 	(HandedState)(0),          // 0: gatehouse.v1.HandedState
 	(*Handover)(nil),          // 1: gatehouse.v1.Handover
@@ -947,6 +1040,7 @@ var file_handover_proto_goTypes = []any{
 	(*HandedConn)(nil),        // 9: gatehouse.v1.HandedConn
 	(*HandoverConns)(nil),     // 10: gatehouse.v1.HandoverConns
 	(*HandoverBulkDone)(nil),  // 11: gatehouse.v1.HandoverBulkDone
+	(*HandoverProgress)(nil),  // 12: gatehouse.v1.HandoverProgress
 }
 var file_handover_proto_depIdxs = []int32{
 	3,  // 0: gatehouse.v1.Handover.listeners:type_name -> gatehouse.v1.HandoverListeners
@@ -955,16 +1049,17 @@ var file_handover_proto_depIdxs = []int32{
 	8,  // 3: gatehouse.v1.Handover.state:type_name -> gatehouse.v1.HandoverState
 	10, // 4: gatehouse.v1.Handover.conns:type_name -> gatehouse.v1.HandoverConns
 	11, // 5: gatehouse.v1.Handover.bulk_done:type_name -> gatehouse.v1.HandoverBulkDone
-	2,  // 6: gatehouse.v1.HandoverListeners.listeners:type_name -> gatehouse.v1.HandoverListener
-	6,  // 7: gatehouse.v1.HandoverState.buckets:type_name -> gatehouse.v1.RateBucket
-	7,  // 8: gatehouse.v1.HandoverState.penalties:type_name -> gatehouse.v1.Penalty
-	0,  // 9: gatehouse.v1.HandedConn.state:type_name -> gatehouse.v1.HandedState
-	9,  // 10: gatehouse.v1.HandoverConns.conns:type_name -> gatehouse.v1.HandedConn
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	12, // 6: gatehouse.v1.Handover.progress:type_name -> gatehouse.v1.HandoverProgress
+	2,  // 7: gatehouse.v1.HandoverListeners.listeners:type_name -> gatehouse.v1.HandoverListener
+	6,  // 8: gatehouse.v1.HandoverState.buckets:type_name -> gatehouse.v1.RateBucket
+	7,  // 9: gatehouse.v1.HandoverState.penalties:type_name -> gatehouse.v1.Penalty
+	0,  // 10: gatehouse.v1.HandedConn.state:type_name -> gatehouse.v1.HandedState
+	9,  // 11: gatehouse.v1.HandoverConns.conns:type_name -> gatehouse.v1.HandedConn
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_handover_proto_init() }
@@ -979,6 +1074,7 @@ func file_handover_proto_init() {
 		(*Handover_State)(nil),
 		(*Handover_Conns)(nil),
 		(*Handover_BulkDone)(nil),
+		(*Handover_Progress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -986,7 +1082,7 @@ func file_handover_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_handover_proto_rawDesc), len(file_handover_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
@@ -39,6 +40,14 @@ type upgradeState struct {
 	sent, received, drained uint64
 	peerPID                 int
 	peerVersion             string
+	// nextProgress is when the old side reports its drain next; on the
+	// new side, oldDraining and oldStaying are the last report.
+	nextProgress time.Time
+	oldDraining  bool
+	oldStaying   int
+	// starting is the binary an upgrade is starting, until it is ready
+	// or failed.
+	starting string
 	// failed counts failed upgrades (Supervisor.UpgradeFailed).
 	failed    uint64
 	lastError string
@@ -49,6 +58,9 @@ type handOverMsg struct{ out *handover.Outbound }
 
 // upgradeFailedMsg records a failed upgrade.
 type upgradeFailedMsg struct{ reason string }
+
+// upgradeStartingMsg records an upgrade whose new binary is starting.
+type upgradeStartingMsg struct{ path string }
 
 // ListenerFDs returns a duplicate of every listening socket, for the new
 // supervisor; the caller closes them.
@@ -90,6 +102,10 @@ func (s *Supervisor) Adopt(m any) { s.post(m) }
 // UpgradeFailed counts an upgrade that did not happen, for the metrics.
 func (s *Supervisor) UpgradeFailed(reason string) { s.post(upgradeFailedMsg{reason: reason}) }
 
+// UpgradeStarting shows, until HandOver or UpgradeFailed, that the binary
+// at path is starting to take over.
+func (s *Supervisor) UpgradeStarting(path string) { s.post(upgradeStartingMsg{path: path}) }
+
 // upgradeMessage handles the loop's upgrade messages.
 func (d *dispatcher) upgradeMessage(m any, now time.Time) {
 	u := &d.upgrade
@@ -98,7 +114,11 @@ func (d *dispatcher) upgradeMessage(m any, now time.Time) {
 		d.beginHandOver(m.out, now)
 	case upgradeFailedMsg:
 		u.failed++
-		u.lastError = m.reason
+		u.lastError, u.starting = m.reason, ""
+	case upgradeStartingMsg:
+		u.starting = m.path
+	case handover.Progress:
+		u.peerPID, u.oldDraining, u.oldStaying = m.PID, true, m.Staying
 	case handover.State:
 		for _, b := range m.Buckets {
 			d.limiter.Import(b, now)
@@ -116,6 +136,7 @@ func (d *dispatcher) upgradeMessage(m any, now time.Time) {
 		if m.Err != nil {
 			d.log.Error("hand-over from the old supervisor ended early", "error", m.Err)
 		}
+		u.oldDraining, u.oldStaying = false, 0
 		d.releaseAccept()
 	}
 }
@@ -141,6 +162,7 @@ func (d *dispatcher) beginHandOver(out *handover.Outbound, now time.Time) {
 		return
 	}
 	u.out, u.deadline, u.peerPID, u.peerVersion = out, now.Add(d.cfg.Limits.UpgradeGrace), out.PID, out.Version
+	u.starting = ""
 	u.names = make(map[uint32]string, len(d.listeners))
 	for _, l := range d.listeners {
 		u.names[uint32(l.id)] = l.name
@@ -266,7 +288,14 @@ func (d *dispatcher) unlink(c *conn) {
 // stops as at a drain.
 func (d *dispatcher) upgradeTick(now time.Time) {
 	u := &d.upgrade
-	if u.out == nil || d.conns.len() > 0 && now.Before(u.deadline) {
+	if u.out == nil {
+		return
+	}
+	if !now.Before(u.nextProgress) {
+		u.nextProgress = now.Add(time.Second)
+		u.out.Queue(handover.ProgressFrame(handover.Progress{PID: os.Getpid(), Staying: d.conns.len(), Sent: u.sent, Drained: u.drained}), nil)
+	}
+	if d.conns.len() > 0 && now.Before(u.deadline) {
 		return
 	}
 	if n := d.conns.len(); n > 0 {
@@ -289,10 +318,14 @@ func (d *dispatcher) upgradeTick(now time.Time) {
 	d.stop(now)
 }
 
-// upgradeDeadline is the old side's upgrade_grace deadline, or zero.
+// upgradeDeadline is the old side's next progress report or its
+// upgrade_grace deadline, or zero.
 func (d *dispatcher) upgradeDeadline() time.Time {
 	if d.upgrade.out == nil {
 		return time.Time{}
+	}
+	if d.upgrade.nextProgress.Before(d.upgrade.deadline) {
+		return d.upgrade.nextProgress
 	}
 	return d.upgrade.deadline
 }
@@ -373,9 +406,13 @@ func (d *dispatcher) listenerID(name string) (uint64, bool) {
 func (d *dispatcher) upgradeSnapshot(s *view.Snapshot) {
 	u := &d.upgrade
 	s.Upgrade = view.UpgradeInfo{HandingOver: u.out != nil, PeerPID: u.peerPID, PeerVersion: u.peerVersion,
-		Sent: u.sent, Received: u.received, Drained: u.drained, Failed: u.failed, LastError: u.lastError}
-	if u.out != nil {
+		Sent: u.sent, Received: u.received, Drained: u.drained, Failed: u.failed, LastError: u.lastError,
+		Starting: u.starting, OldDraining: u.oldDraining}
+	switch {
+	case u.out != nil:
 		s.Upgrade.Staying = d.conns.len()
+	case u.oldDraining:
+		s.Upgrade.Staying = u.oldStaying
 	}
 	s.Counters["upgrade_conns_handed_over"] = u.sent
 	s.Counters["upgrade_conns_adopted"] = u.received

@@ -90,13 +90,21 @@ log {
 // startUpgradeSite runs v1 on a configuration with body and an admin socket.
 func startUpgradeSite(t *testing.T, body string) *upSite {
 	t.Helper()
+	return startUpgradeSiteWith(t, body, opsFreeAddr(t), opsOptions{})
+}
+
+// startUpgradeSiteWith is startUpgradeSite on addr, with o's environment
+// and descriptors.
+func startUpgradeSiteWith(t *testing.T, body, addr string, o opsOptions) *upSite {
+	t.Helper()
 	v1, v2 := upgradeBinaries(t)
-	s := &upSite{t: t, addr: opsFreeAddr(t), v1: v1, v2: v2}
+	s := &upSite{t: t, addr: addr, v1: v1, v2: v2}
 	s.dir = workerReadableTempDir(t)
 	s.sock = filepath.Join(s.dir, "admin.sock")
 	s.configBody = body + upgradeLimits + fmt.Sprintf("admin {\n  socket = %q\n}\n", s.sock)
 	writeOpsFile(t, s.dir, s.addr, "one\n", s.configBody)
-	s.p = startOps(t, s.dir, opsOptions{bin: v1, args: []string{"-config", "gatehouse.hcl"}})
+	o.bin, o.args = v1, []string{"-config", "gatehouse.hcl"}
+	s.p = startOps(t, s.dir, o)
 	s.p.waitServing(t, "/ok")
 	s.pids = []int{s.p.cmd.Process.Pid}
 	// Runs before startOps' cleanup, which waits for standard error to
@@ -120,13 +128,29 @@ func (s *upSite) upgrade(bin, want string) int {
 		s.t.Fatalf("gatehousectl upgrade %s: exit %d: %s%s", bin, r.code, r.stdout, r.stderr)
 	}
 	st := s.status()
+	s.mu.Lock()
+	s.pids = append(s.pids, st.PID) // stopAll stops it, whatever follows
+	s.mu.Unlock()
 	if st.PID == old || st.Version != want {
 		s.t.Fatalf("after the upgrade: pid %d version %q, want a new pid (old %d) and version %q", st.PID, st.Version, old, want)
 	}
-	s.mu.Lock()
-	s.pids = append(s.pids, st.PID)
-	s.mu.Unlock()
 	return old
+}
+
+// waitStatus polls the status until cond holds of its upgrade, at most 10 s.
+func (s *upSite) waitStatus(what string, cond func(adminapi.Upgrade) bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		u := s.status().Upgrade
+		if cond(u) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("status never showed %s: %+v", what, u)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitGone waits until pid has exited, at most limit.
@@ -458,6 +482,13 @@ route "/ws" {
 		started.Wait()
 		time.Sleep(300 * time.Millisecond) // the uploads are under way
 		old := s.upgrade(next.bin, next.v)
+		if round == 0 {
+			// The new version's status shows the old one draining what
+			// it kept (the streams, until upgrade_grace).
+			s.waitStatus("the old version draining", func(u adminapi.Upgrade) bool {
+				return u.OldDraining && u.PeerPID == old && u.Staying > 0 && u.Adopted >= parked
+			})
+		}
 		// The old version still serves what it kept.
 		for i, w := range wss {
 			if err := w.exchange(wsText, []byte(fmt.Sprintf("after upgrade %d", round))); err != nil {
@@ -559,4 +590,50 @@ rate_limit "default" {
 	s.waitGone(old, 30*time.Second)
 	expectStatuses(t, newClient(t, "127.0.5.1", s.addr), "/ok", nil, 429)
 	expectStatuses(t, newClient(t, "127.0.5.2", s.addr), "/ok", nil, 200)
+}
+
+// TestUpgradeUnderSystemd: on a socket-activated listener with a notify
+// socket and a watchdog, the old process names the new one (MAINPID=), the
+// new one sends READY=1 with its own MAINPID= and pings the watchdog once
+// the old one exited, and the inherited socket serves on.
+func TestUpgradeUnderSystemd(t *testing.T) {
+	ns := newNotifySocket(t)
+	// The new process starts as the account the old one dropped to, and
+	// connects to the socket itself, as it would to systemd's.
+	dir := filepath.Dir(ns.path)
+	for _, p := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(ns.path, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	f, addr := listeningFile(t)
+	s := startUpgradeSiteWith(t, "", addr, opsOptions{
+		env:       []string{"NOTIFY_SOCKET=" + ns.path, "WATCHDOG_USEC=400000", "LISTEN_FDS=1", "LISTEN_FDNAMES=http"},
+		fds:       []*os.File{f},
+		listenPID: true,
+	})
+	f.Close()
+	ns.expect(t, "READY=1", 20*time.Second)
+	old := s.upgrade(s.v2, "up-two")
+	pid := s.status().PID
+	main := fmt.Sprintf("MAINPID=%d", pid)
+	ns.expect(t, main, 10*time.Second)
+	if m := ns.expect(t, "READY=1", 10*time.Second); !hasLine(m, main) {
+		t.Errorf("READY=1 after the upgrade without %s: %q", main, m)
+	}
+	s.waitGone(old, 30*time.Second)
+	if k := ns.count("WATCHDOG=1", 1500*time.Millisecond); k < 2 {
+		t.Errorf("%d WATCHDOG=1 in 1.5 s from the new process, want about 7", k)
+	}
+	if code, body := opsGet(t, addr, "/ok"); code != 200 || body != "ok\n" {
+		t.Errorf("GET /ok on the inherited socket after the upgrade: %d %q", code, body)
+	}
+	for _, m := range ns.history() {
+		if hasLine(m, "STOPPING=1") {
+			t.Errorf("STOPPING=1 sent during the upgrade: %q", ns.history())
+		}
+	}
 }

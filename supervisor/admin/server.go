@@ -22,6 +22,7 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -176,8 +177,21 @@ func Listen(opts Options) (*Server, error) {
 // Path is the admin socket's path.
 func (a *Server) Path() string { return a.opts.Path }
 
-// Dup returns a duplicate of the listening socket, for a new supervisor.
-func (a *Server) Dup() (*os.File, error) { return a.ln.File() }
+// Dup returns a duplicate of the listening socket (close-on-exec), for a
+// new supervisor. Not File: its descriptor's Fd would make the socket,
+// whose flags the duplicate shares, blocking, and Close would then wait
+// for an Accept that nothing wakes.
+func (a *Server) Dup() (int, error) {
+	rc, err := a.ln.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
 
 // Detach stops accepting and leaves the socket file in place at Close: a
 // new supervisor serves it now. Connections accepted already are served

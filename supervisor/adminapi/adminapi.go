@@ -143,6 +143,11 @@ type Upgrade struct {
 	// LastError is the latest one's reason.
 	Failed    uint64 `json:"failed"`
 	LastError string `json:"last_error,omitempty"`
+	// Starting is the new binary an upgrade is starting, not ready yet.
+	Starting string `json:"starting,omitempty"`
+	// OldDraining: this is the new process, and the old one, PeerPID,
+	// still holds Staying connections.
+	OldDraining bool `json:"old_draining"`
 }
 
 // Cluster is the link to the store several instances share rate limits,

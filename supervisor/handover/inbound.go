@@ -83,6 +83,12 @@ type Conns struct {
 // BulkDone: every connection parked at the start has been received.
 type BulkDone struct{}
 
+// Progress is what the old supervisor still holds, as it drains.
+type Progress struct {
+	PID, Staying  int
+	Sent, Drained uint64
+}
+
 // Closed: the old supervisor closed the socket (it holds nothing more to
 // hand over), or the socket failed (Err).
 type Closed struct{ Err error }
@@ -115,6 +121,10 @@ func (in *Inbound) Run(post func(any)) {
 		case *proto.Handover_BulkDone:
 			closeAll(fds)
 			post(BulkDone{})
+		case *proto.Handover_Progress:
+			closeAll(fds)
+			p := b.Progress
+			post(Progress{PID: int(p.GetPid()), Staying: int(p.GetStaying()), Sent: p.GetSent(), Drained: p.GetDrained()})
 		default:
 			closeAll(fds)
 			post(Closed{Err: fmt.Errorf("handover: unexpected frame %T", m.GetBody())})
@@ -157,4 +167,10 @@ func StateFrame(buckets []limits.BucketState, penalties []limits.PenaltyState) *
 // BulkDoneFrame ends the bulk of n connections.
 func BulkDoneFrame(n int) *proto.Handover {
 	return &proto.Handover{Body: &proto.Handover_BulkDone{BulkDone: &proto.HandoverBulkDone{Conns: uint32(n)}}}
+}
+
+// ProgressFrame reports the old supervisor's drain.
+func ProgressFrame(p Progress) *proto.Handover {
+	return &proto.Handover{Body: &proto.Handover_Progress{Progress: &proto.HandoverProgress{
+		Pid: uint32(p.PID), Staying: uint32(p.Staying), Sent: p.Sent, Drained: p.Drained}}}
 }

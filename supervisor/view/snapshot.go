@@ -205,4 +205,9 @@ type UpgradeInfo struct {
 	// Failed counts upgrades that failed; LastError is the latest reason.
 	Failed    uint64
 	LastError string
+	// Starting is the binary an upgrade is starting; OldDraining: this is
+	// the new supervisor, and the old one PeerPID still holds Staying
+	// connections.
+	Starting    string
+	OldDraining bool
 }

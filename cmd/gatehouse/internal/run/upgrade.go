@@ -65,18 +65,19 @@ func (s *service) startNew(ctx context.Context, path string) (string, error) {
 	}()
 	adminFD := -1
 	if s.adm != nil {
-		f, err := s.adm.Dup()
+		fd, err := s.adm.Dup()
 		if err != nil {
 			return "", fmt.Errorf("passing the admin socket: %w", err)
 		}
-		defer f.Close()
-		adminFD = int(f.Fd())
+		defer syscall.Close(fd)
+		adminFD = fd
 	}
 	args := []string{"-upgrade-fd", "3"}
 	if s.config != "" {
 		args = append(args, "-config", s.config)
 	}
 	s.log.Info("upgrading", "binary", path, "config", s.config)
+	s.sup.UpgradeStarting(path)
 	out, err := handover.Begin(ctx, handover.Start{Path: path, Args: args, Env: s.upgradeEnv(), Listeners: ls, AdminFD: adminFD,
 		Version: version.Version, Timeout: upgradeReadyTimeout, Log: s.log.Named("handover")})
 	if err != nil {

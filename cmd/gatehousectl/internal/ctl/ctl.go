@@ -476,6 +476,10 @@ func secs(s float64) string {
 func upgradeSummary(u adminapi.Upgrade) string {
 	var out string
 	switch {
+	case u.Starting != "":
+		out = "in progress: starting " + safe(u.Starting)
+	case u.OldDraining:
+		out = fmt.Sprintf("in progress: took over %d connections; the previous version (pid %d) still drains %d", u.Adopted, u.PeerPID, u.Staying)
 	case u.HandingOver:
 		out = fmt.Sprintf("in progress: handing over to %s (pid %d); %d connections handed over, %d still here (draining), %d closed here",
 			safe(u.PeerVersion), u.PeerPID, u.HandedOver, u.Staying, u.Drained)
