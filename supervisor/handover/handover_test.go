@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
-	protobuf "google.golang.org/protobuf/proto"
 	"golang.org/x/sys/unix"
+	protobuf "google.golang.org/protobuf/proto"
 )
 
 func pipeFDs(t *testing.T, n int) []int {
