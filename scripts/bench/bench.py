@@ -1167,7 +1167,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--conns", default="64,256,1000")
-    ap.add_argument("--phases", default="throughput,real,costs,profile,idle,attack,distributed,tls,tlsprofile,ipc")
+    ap.add_argument("--phases", default="throughput,real,costs,profile,idle,attack,distributed,tls,tlsprofile,ipc,upgrade")
     ap.add_argument("--compare-default-workers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure keep-alive throughput with gatehouse's default workers (4x8)")
     ap.add_argument("--nofile", type=int, default=0, help="servers' generous descriptor limit (default: hard limit)")
@@ -1329,6 +1329,11 @@ def main():
             save()
         if "ipc" in phases:
             phase_ipc(args, res)
+            save()
+        if "upgrade" in phases:
+            sys.modules.setdefault("bench", sys.modules[__name__])
+            import upgrade
+            upgrade.phase_upgrade(args, res, tmp, logdir)
             save()
     finally:
         save()
