@@ -87,8 +87,7 @@ func TestConnsArriveInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &Outbound{s: sock{fd: parent}, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go out.run()
+	out := Attach(parent, 1, "new", nil)
 	const n = MaxBatch + 50
 	for i := 0; i < n; i++ {
 		var p [2]int
@@ -101,7 +100,7 @@ func TestConnsArriveInOrder(t *testing.T) {
 	out.Flush()
 	out.Queue(BulkDoneFrame(n), nil)
 	out.Close()
-	in := &Inbound{s: sock{fd: child}}
+	in := Receive(child)
 	got := make(chan any, 16)
 	go in.Run(func(m any) { got <- m })
 	next := 0

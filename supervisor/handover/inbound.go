@@ -54,6 +54,10 @@ func Open(fd int) (*Inbound, error) {
 	return in, nil
 }
 
+// Receive is the new side's end of a hand-over socket fd whose listeners
+// came another way (a test's): only Run is of use on it.
+func Receive(fd int) *Inbound { return &Inbound{s: sock{fd: fd}, AdminFD: -1} }
+
 // Fail tells the old supervisor why this one cannot take over; it keeps
 // serving. The socket is closed.
 func (in *Inbound) Fail(reason string) {

@@ -128,9 +128,7 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 	select {
 	case r := <-replies:
 		if ready := r.m.GetReady(); ready != nil {
-			out := &Outbound{s: s, log: o.Log, PID: int(ready.GetPid()), Version: ready.GetVersion(), wake: make(chan struct{}, 1), done: make(chan struct{})}
-			go out.run()
-			return out, nil
+			return Attach(parent, int(ready.GetPid()), ready.GetVersion(), o.Log), nil
 		}
 		if f := r.m.GetFailed(); f != nil {
 			return fail(errors.New(f.GetReason()))
@@ -156,6 +154,17 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 		cmd.Process.Kill()
 		return fail(ctx.Err())
 	}
+}
+
+// Attach is the old side's end of a hand-over socket fd whose peer (pid,
+// version) is ready: Begin's result, or a test's.
+func Attach(fd, pid int, version string, log hclog.Logger) *Outbound {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	out := &Outbound{s: sock{fd: fd}, log: log, PID: pid, Version: version, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go out.run()
+	return out
 }
 
 // waitBriefly waits a moment for the process to exit and describes how.
