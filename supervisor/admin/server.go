@@ -22,7 +22,6 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -176,32 +175,6 @@ func Listen(opts Options) (*Server, error) {
 
 // Path is the admin socket's path.
 func (a *Server) Path() string { return a.opts.Path }
-
-// Dup returns a duplicate of the listening socket (close-on-exec), for a
-// new supervisor. Not File: its descriptor's Fd would make the socket,
-// whose flags the duplicate shares, blocking, and Close would then wait
-// for an Accept that nothing wakes.
-func (a *Server) Dup() (int, error) {
-	rc, err := a.ln.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd, derr := -1, error(nil)
-	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return -1, err
-	}
-	return fd, derr
-}
-
-// Detach stops accepting and leaves the socket file in place at Close: a
-// new supervisor serves it now. Connections accepted already are served
-// on.
-func (a *Server) Detach() {
-	a.mu.Lock()
-	a.detached = true
-	a.mu.Unlock()
-	a.ln.Close()
-}
 
 // Serve answers admin connections about s until Close, then returns nil.
 // Call it once.

@@ -71,3 +71,29 @@ func removeStaleSocket(path string) error {
 	}
 	return os.Remove(path)
 }
+
+// Dup returns a duplicate of the listening socket (close-on-exec), for a
+// new supervisor. Not File: its descriptor's Fd would make the socket,
+// whose flags the duplicate shares, blocking, and Close would then wait
+// for an Accept that nothing wakes.
+func (a *Server) Dup() (int, error) {
+	rc, err := a.ln.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
+
+// Detach stops accepting and leaves the socket file in place at Close: a
+// new supervisor serves it now. Connections accepted already are served
+// on.
+func (a *Server) Detach() {
+	a.mu.Lock()
+	a.detached = true
+	a.mu.Unlock()
+	a.ln.Close()
+}
