@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -635,5 +636,97 @@ func TestUpgradeUnderSystemd(t *testing.T) {
 		if hasLine(m, "STOPPING=1") {
 			t.Errorf("STOPPING=1 sent during the upgrade: %q", ns.history())
 		}
+	}
+}
+
+// rawRecorder keeps every byte read from a connection, so a test can see
+// the TLS records beneath a tls.Conn.
+type rawRecorder struct {
+	net.Conn
+	mu  sync.Mutex
+	got []byte
+}
+
+func (r *rawRecorder) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	r.mu.Lock()
+	r.got = append(r.got, p[:n]...)
+	r.mu.Unlock()
+	return n, err
+}
+
+// alertSeen reports whether a TLS 1.2 alert record (type 21, in the clear
+// header) came on the wire.
+func (r *rawRecorder) alertSeen() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for b := r.got; len(b) >= 5; {
+		n := 5 + int(b[3])<<8 + int(b[4])
+		if b[0] == 21 {
+			return true
+		}
+		if n > len(b) {
+			return false
+		}
+		b = b[n:]
+	}
+	return false
+}
+
+// TestUpgradeClosesTLSWithCloseNotify: a TLS connection's keys stay in the
+// old workers, so an upgrade closes a parked one through its worker, with
+// close_notify, and the next connection is served by the new version.
+func TestUpgradeClosesTLSWithCloseNotify(t *testing.T) {
+	tlsAddr := opsFreeAddr(t)
+	keys := workerReadableTempDir(t)
+	c := writeCert(t, keys, "default", false, "localhost")
+	// The new supervisor starts as the account the old one dropped to,
+	// which reads the key, as on every reload.
+	os.Chmod(c.key, 0o644)
+	s := startUpgradeSite(t, fmt.Sprintf(`
+listener "https" {
+  address = %q
+  tls {
+    certificate "default" {
+      cert = %q
+      key  = %q
+    }
+  }
+}
+`, tlsAddr, c.cert, c.key))
+	raw, err := net.DialTimeout("tcp", tlsAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &rawRecorder{Conn: raw}
+	tc := tls.Client(rec, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12})
+	defer tc.Close()
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(tc)
+	fmt.Fprintf(tc, "GET /ok HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	if resp, body, err := readResponse(br, "GET"); err != nil || resp.StatusCode != 200 || body != "ok\n" {
+		t.Fatalf("GET over TLS: %v %q", err, body)
+	}
+	if rec.alertSeen() {
+		t.Fatal("an alert before the upgrade")
+	}
+	old := s.upgrade(s.v2, "up-two")
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("the parked TLS connection after the upgrade: %d bytes, %v", n, err)
+	}
+	if !rec.alertSeen() {
+		t.Error("the parked TLS connection was closed without close_notify")
+	}
+	s.waitGone(old, 30*time.Second)
+	tc2, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", tlsAddr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatalf("a new TLS connection after the upgrade: %v", err)
+	}
+	defer tc2.Close()
+	tc2.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(tc2, "GET /ok HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	if resp, body, err := readResponse(bufio.NewReader(tc2), "GET"); err != nil || resp.StatusCode != 200 || body != "ok\n" {
+		t.Fatalf("GET over TLS after the upgrade: %v %q", err, body)
 	}
 }
