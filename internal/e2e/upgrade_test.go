@@ -104,7 +104,10 @@ func startUpgradeSiteWith(t *testing.T, body, addr string, o opsOptions) *upSite
 	s.sock = filepath.Join(s.dir, "admin.sock")
 	s.configBody = body + upgradeLimits + fmt.Sprintf("admin {\n  socket = %q\n}\n", s.sock)
 	writeOpsFile(t, s.dir, s.addr, "one\n", s.configBody)
-	o.bin, o.args = v1, []string{"-config", "gatehouse.hcl"}
+	if o.bin == "" {
+		o.bin = v1
+	}
+	o.args = []string{"-config", "gatehouse.hcl"}
 	s.p = startOps(t, s.dir, o)
 	s.p.waitServing(t, "/ok")
 	s.pids = []int{s.p.cmd.Process.Pid}
@@ -119,12 +122,17 @@ func (s *upSite) status() *adminapi.Status {
 	return ctlJSON(s.t, s.sock, "status").Status
 }
 
-// upgrade runs gatehousectl upgrade bin and checks that a new process of
+// upgrade runs gatehousectl upgrade bin ("": no PATH, the default) and
+// checks that a new process of
 // version want serves; it returns the old pid.
 func (s *upSite) upgrade(bin, want string) int {
 	s.t.Helper()
 	old := s.status().PID
-	r := ctl(s.t, nil, ctlBin(s.t), "-socket", s.sock, "upgrade", bin)
+	args := []string{"-socket", s.sock, "upgrade"}
+	if bin != "" {
+		args = append(args, bin)
+	}
+	r := ctl(s.t, nil, ctlBin(s.t), args...)
 	if r.code != 0 {
 		s.t.Fatalf("gatehousectl upgrade %s: exit %d: %s%s", bin, r.code, r.stdout, r.stderr)
 	}
@@ -728,5 +736,53 @@ listener "https" {
 	fmt.Fprintf(tc2, "GET /ok HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	if resp, body, err := readResponse(bufio.NewReader(tc2), "GET"); err != nil || resp.StatusCode != 200 || body != "ok\n" {
 		t.Fatalf("GET over TLS after the upgrade: %v %q", err, body)
+	}
+}
+
+// installAs copies src over dst the way a package manager does: a new file
+// renamed into place.
+func installAs(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst+".new", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dst+".new", dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUpgradeDefaultPath: without a PATH, gatehousectl upgrade and SIGUSR2
+// start the binary now installed at the path gatehouse was started from
+// (not /proc/self/exe, the replaced file).
+func TestUpgradeDefaultPath(t *testing.T) {
+	v1, v2 := upgradeBinaries(t)
+	dir := workerReadableTempDir(t)
+	bin := filepath.Join(dir, "gatehouse")
+	installAs(t, v1, bin)
+	s := startUpgradeSiteWith(t, "", opsFreeAddr(t), opsOptions{bin: bin})
+	installAs(t, v2, bin)
+	s.upgrade("", "up-two")
+	installAs(t, v1, bin)
+	old := s.status().PID
+	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for st := s.status(); st.PID == old || st.Version != "up-one"; st = s.status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGUSR2: pid %d version %q", st.PID, st.Version)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := s.status()
+	s.mu.Lock()
+	s.pids = append(s.pids, st.PID)
+	s.mu.Unlock()
+	if code, body := opsGet(t, s.addr, "/v"); code != 200 || body != "one\n" {
+		t.Errorf("GET /v after two upgrades: %d %q", code, body)
 	}
 }
