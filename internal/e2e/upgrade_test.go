@@ -123,8 +123,8 @@ func (s *upSite) status() *adminapi.Status {
 }
 
 // upgrade runs gatehousectl upgrade bin ("": no PATH, the default) and
-// checks that a new process of
-// version want serves; it returns the old pid.
+// checks that a new process of version want serves; it returns the old
+// pid.
 func (s *upSite) upgrade(bin, want string) int {
 	s.t.Helper()
 	old := s.status().PID
