@@ -16,6 +16,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/handover"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // upgradeReadyTimeout bounds the new binary's start: its configuration
@@ -132,9 +133,16 @@ func takeListeners(cfg *config.Config, in *handover.Inbound, log hclog.Logger) (
 		log.Info("listener not in the new configuration: closed", "listener", l.Name, "address", l.Address)
 		syscall.Close(l.FD)
 	}
+	// The admin socket goes on where the new configuration names the same
+	// path it is bound to; elsewhere (or nowhere) the new one is made.
 	var adminFile *os.File
 	if in.AdminFD >= 0 {
-		adminFile = os.NewFile(uintptr(in.AdminFD), "admin socket")
+		sa, err := unix.Getsockname(in.AdminFD)
+		if ua, ok := sa.(*unix.SockaddrUnix); err == nil && ok && cfg.Admin.Socket != "" && ua.Name == cfg.Admin.Socket {
+			adminFile = os.NewFile(uintptr(in.AdminFD), "admin socket")
+		} else {
+			syscall.Close(in.AdminFD)
+		}
 	}
 	return out, adminFile
 }
