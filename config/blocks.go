@@ -59,6 +59,7 @@ var (
 			{Name: "no_worker_timeout"},
 			{Name: "write_timeout"},
 			{Name: "shutdown_grace"},
+			{Name: "upgrade_grace"},
 			{Name: "ipc_max_in_flight_requests"},
 			{Name: "body_buffer_bytes"},
 			{Name: "body_buffer_connections"},
@@ -391,6 +392,7 @@ func (d *decoder) limits(b *hcl.Block, l *Limits) {
 	durationAttr(d, attrs, "no_worker_timeout", "limits.no_worker_timeout", time.Second, 60*time.Second, &l.NoWorkerTimeout)
 	durationAttr(d, attrs, "write_timeout", "limits.write_timeout", time.Second, 600*time.Second, &l.WriteTimeout)
 	durationAttr(d, attrs, "shutdown_grace", "limits.shutdown_grace", 0, 600*time.Second, &l.ShutdownGrace)
+	durationAttr(d, attrs, "upgrade_grace", "limits.upgrade_grace", time.Second, 24*time.Hour, &l.UpgradeGrace)
 	intAttr(d, attrs, "ipc_max_in_flight_requests", "limits.ipc_max_in_flight_requests", 1, 65536, &l.IPCMaxInFlightRequests)
 	intAttr(d, attrs, "body_buffer_bytes", "limits.body_buffer_bytes", 1<<20, 1<<40, &l.BodyBufferBytes)
 	intAttr(d, attrs, "body_buffer_connections", "limits.body_buffer_connections", 1, 1_000_000, &l.BodyBufferConnections)

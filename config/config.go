@@ -182,6 +182,11 @@ type Limits struct {
 	NoWorkerTimeout         time.Duration // 1s..60s, default 5s
 	WriteTimeout            time.Duration // 1s..600s, default 30s
 	ShutdownGrace           time.Duration // 0s..600s, default 10s
+	// UpgradeGrace bounds how long the old supervisor of a binary upgrade
+	// keeps what cannot move (streams, upgraded and TLS connections)
+	// before it closes them and exits (docs/DESIGN.md §11): 1s..24h,
+	// default 60s.
+	UpgradeGrace time.Duration
 	// IPCMaxInFlightRequests caps the requests one worker channel may have
 	// outstanding at the supervisor (docs/DESIGN.md §7): 1..65536, default 256.
 	IPCMaxInFlightRequests int

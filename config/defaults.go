@@ -32,6 +32,7 @@ const (
 	DefaultNoWorkerTimeout         = 5 * time.Second
 	DefaultWriteTimeout            = 30 * time.Second
 	DefaultShutdownGrace           = 10 * time.Second
+	DefaultUpgradeGrace            = 60 * time.Second
 	DefaultIPCMaxInFlightRequests  = 256
 	// The body budget (docs/DESIGN.md §3.3).
 	DefaultStreamsMax                     = 1024
@@ -94,6 +95,7 @@ func defaults() Config {
 			NoWorkerTimeout:                DefaultNoWorkerTimeout,
 			WriteTimeout:                   DefaultWriteTimeout,
 			ShutdownGrace:                  DefaultShutdownGrace,
+			UpgradeGrace:                   DefaultUpgradeGrace,
 			IPCMaxInFlightRequests:         DefaultIPCMaxInFlightRequests,
 			BodyBufferBytes:                DefaultBodyBufferBytes,
 			BodyBufferConnections:          DefaultBodyBufferConnections,

@@ -71,7 +71,9 @@ func (d *dispatcher) armListeners(on bool) {
 // is read (docs/DESIGN.md §2.2).
 func (d *dispatcher) accept(id uint64, now time.Time) {
 	i := slices.IndexFunc(d.listeners, func(l listener) bool { return l.id == id })
-	if d.stopping || i < 0 {
+	if d.stopping || d.acceptHeld() || i < 0 {
+		// An event of this batch for a listener disarmed meanwhile (a
+		// stop, an upgrade's hand-over) accepts nothing.
 		return
 	}
 	l := d.listeners[i]

@@ -58,7 +58,7 @@ func statesOf(ss ...connState) stateSet {
 // closing is permitted from every state. docs/DESIGN.md §2.1 lists the same
 // (TestDesignStates).
 var moves = [stateNew + 1]stateSet{
-	stateNew:      statesOf(stateFresh, stateProxy),
+	stateNew:      statesOf(stateFresh, stateProxy, stateIdle, stateHead, stateWaiting, stateAtWorker),
 	stateProxy:    statesOf(stateFresh),
 	stateFresh:    statesOf(stateHead, stateWaiting, stateAtWorker, stateLinger),
 	stateHead:     statesOf(stateWaiting, stateAtWorker, stateLinger),
@@ -220,7 +220,7 @@ func (m mono) time() time.Time { return epoch.Add(time.Duration(m)) }
 //     takeKept, forget); any state but at_worker.
 //   - hot: a worker waits for a kept-alive connection's next request
 //     without returning it; to the dispatcher it is at_worker in round
-//     pool (hot.go).
+//     pool (affinity.go).
 //   - lowat: SO_RCVLOWAT raised on a parked TLS connection (tls.go).
 func (d *dispatcher) setState(c *conn, s connState, now time.Time) {
 	if moves[c.state]&(1<<s) == 0 {

@@ -156,6 +156,7 @@ func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
 	d.headSnapshot(&s)
 	d.bodySnapshot(&s)
 	d.streamSnapshot(&s)
+	d.upgradeSnapshot(&s)
 	s.Responses = map[string]uint64{"other": d.c.byClass[0]}
 	for i := 1; i <= 5; i++ {
 		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]

@@ -233,6 +233,7 @@ func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) 
 		switch {
 		case d.stopping:
 			d.closeConn(c)
+		case d.handDone(c, m, now):
 		case m.GetPending():
 			d.tryDispatch(c, now)
 		case len(m.GetCarried()) > 0:

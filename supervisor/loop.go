@@ -120,6 +120,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	consider(d.ticketDeadline())
 	consider(d.ratePending.Deadline())
 	consider(d.keeperDeadline())
+	consider(d.upgradeDeadline())
 	for _, w := range d.workers {
 		if w.state == workerDead && w.exited {
 			consider(w.retryAt)
@@ -182,6 +183,8 @@ func (d *dispatcher) message(m any, now time.Time) {
 		d.storeState(m, now)
 	case cluster.TicketKeys:
 		d.sharedTickets(m, now)
+	default:
+		d.upgradeMessage(m, now)
 	}
 }
 
@@ -264,10 +267,11 @@ func (d *dispatcher) overstaysDrain(w *workerProc) bool {
 // waiting past their bound.
 func (d *dispatcher) tick(now time.Time) {
 	d.updateStress(now)
+	d.upgradeTick(now)
 	d.upstreams.Expire(now)
 	if !d.acceptPause.IsZero() && !now.Before(d.acceptPause) {
 		d.acceptPause = time.Time{}
-		if !d.stopping {
+		if !d.stopping && !d.acceptHeld() {
 			d.armListeners(true)
 		}
 	}

@@ -41,6 +41,7 @@ type dispatcher struct {
 	headWatch
 	bodyBudget
 	streamBudget
+	upgrade upgradeState
 
 	nextPing     time.Time
 	stopping     bool
@@ -204,7 +205,9 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	// The reserve keeps descriptors for worker channels, pipes, respawns and
 	// the admin socket when clients hold everything else.
 	d.fdReserve = 32 + 4*d.cfg.Workers.Count
-	d.armListeners(true)
+	if d.upgrade.holdAccept = s.opts.HoldAccept; !d.upgrade.holdAccept {
+		d.armListeners(true)
+	}
 	d.upstreams = upstream.New(d.log, s.post)
 	d.upstreams.Configure(d.cfg.Upstreams, boot.resolved, nil, d.cfg.Workers.Count)
 	if c := d.cfg.Cluster; c != nil {

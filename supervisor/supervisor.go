@@ -83,6 +83,9 @@ type Options struct {
 	// ownership of every descriptor in it, also when it fails. A name no
 	// listener has is an error (ErrBind).
 	Inherited map[string]int
+	// HoldAccept leaves the listeners unarmed until the old supervisor of
+	// an upgrade has handed over its connections (Adopt).
+	HoldAccept bool
 }
 
 // Supervisor runs gatehouse. Create it with New, then call Run once.

@@ -185,8 +185,15 @@ func (w *Worker) returnEvicted(d *proto.Dispatch) {
 	}
 }
 
+// close closes a kept connection the supervisor forgot. A TLS one ends
+// with close_notify, bounded like an eviction's: when the supervisor closed
+// the connection it has shut it down first, and the write fails at once;
+// when an upgrade hands over, the connection is still up (docs/DESIGN.md
+// §11) and the client learns that the close is clean.
 func (k *keptConn) close() {
 	if k.nc != nil {
+		k.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		k.tc.CloseWrite()
 		k.nc.Close()
 		return
 	}

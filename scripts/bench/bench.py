@@ -321,7 +321,7 @@ log {
 
     def describe(self):
         if not self.count:
-            return "workers at their defaults (count=4 concurrency=8)"
+            return "workers at their defaults (count=4 concurrency=16)"
         d = "workers count=%d concurrency=%d" % (self.count, self.concurrency)
         if self.threads:
             d += " threads=%d" % self.threads
@@ -333,7 +333,7 @@ log {
 
 
 class GatehouseProxy(Server):
-    """gatehouse with its default configuration (limits, workers 4x8), proxying
+    """gatehouse with its default configuration (limits, workers 4x16), proxying
     every request to upstream."""
     name = "gatehouse"
 
@@ -850,7 +850,7 @@ def tls_servers(args, tmp, logdir, nethttp_bin, cert):
     out = []
     if "gatehouse" in names:
         out.append(throughput_gatehouse(args, args.port_base + 10, tmp, logdir, name="gatehouse-tls", tls=cert))
-        out.append(Gatehouse(args.port_base + 11, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-4x8-tls",
+        out.append(Gatehouse(args.port_base + 11, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-shipped-tls",
                              per_client=args.per_client_cap, tls=cert))
     if "nethttp" in names:
         n = NetHTTP(args.port_base + 12, tmp, logdir, nethttp_bin, tls=cert)
@@ -981,7 +981,7 @@ def tls_summary(out):
         return round(a / b, 3) if a and b else None
 
     sm = {}
-    for g in ("gatehouse-tls", "gatehouse-4x8-tls"):
+    for g in ("gatehouse-tls", "gatehouse-shipped-tls"):
         nh = m("nethttp-tls", "handshake")
         row = {"handshakes_per_s": m(g, "handshake"), "handshakes_vs_nethttp": ratio(m(g, "handshake"), nh),
                "idle_bytes_per_conn": idle(g), "idle_vs_nginx": ratio(idle(g), idle("nginx-tls"))}
@@ -1181,7 +1181,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--conns", default="64,256,1000")
-    ap.add_argument("--phases", default="conns,parked,syscalls,real",
+    ap.add_argument("--phases", default="conns,parked,syscalls,real,upgrade",
                     help="comma-separated; also throughput, realprofile, reallevers, idle, attack, distributed, "
                          "costs, profile, tls, tlsprofile, ipc")
     ap.add_argument("--client-addrs", type=int, default=64,
@@ -1196,7 +1196,7 @@ def main():
     ap.add_argument("--real-client", choices=("loadgen", "wrk"), default="loadgen",
                     help="the real-traffic phase's HTTP client: loadgen from --client-addrs addresses, or wrk from one")
     ap.add_argument("--compare-default-workers", action=argparse.BooleanOptionalAction, default=True,
-                    help="also measure keep-alive throughput with gatehouse's default workers (4x8)")
+                    help="also measure keep-alive throughput with gatehouse's default workers (4x16)")
     ap.add_argument("--nofile", type=int, default=0, help="servers' generous descriptor limit (default: hard limit)")
     ap.add_argument("--idle-conns", type=int, default=10000)
     ap.add_argument("--idle-rounds", type=int, default=3)
@@ -1323,7 +1323,7 @@ def main():
                 tp = tp[:i] + [gb] + tp[i:]
                 res["config"]["ports"][gb.name] = gb.port
             if args.compare_default_workers:
-                g2 = Gatehouse(args.port_base + 3, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-4x8")
+                g2 = Gatehouse(args.port_base + 3, tmp, logdir, args.gatehouse, 0, 0, name="gatehouse-shipped")
                 g2.keepalive_only = True
                 tp = tp_servers + [g2]
                 res["config"]["ports"][g2.name] = g2.port
@@ -1368,6 +1368,11 @@ def main():
             save()
         if "ipc" in phases:
             phase_ipc(args, res)
+            save()
+        if "upgrade" in phases:
+            sys.modules.setdefault("bench", sys.modules[__name__])
+            import upgrade
+            upgrade.phase_upgrade(args, res, tmp, logdir)
             save()
     finally:
         save()

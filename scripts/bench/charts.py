@@ -17,12 +17,12 @@ import os
 import statistics
 import sys
 
-COLORS = {"gatehouse": "#d62728", "nethttp": "#1f77b4", "nginx": "#2ca02c", "gatehouse-4x8": "#ff9896",
+COLORS = {"gatehouse": "#d62728", "nethttp": "#1f77b4", "nginx": "#2ca02c", "gatehouse-shipped": "#ff9896",
           "gatehouse-before": "#8c564b"}
-LABEL = {"gatehouse": "gatehouse", "gatehouse-before": "gatehouse before", "nethttp": "net/http", "nginx": "nginx", "gatehouse-4x8": "gatehouse 4x8",
-         "gatehouse-tls": "gatehouse tuned", "gatehouse-4x8-tls": "gatehouse as shipped (4x8)",
+LABEL = {"gatehouse": "gatehouse", "gatehouse-before": "gatehouse before", "nethttp": "net/http", "nginx": "nginx", "gatehouse-shipped": "gatehouse as shipped",
+         "gatehouse-tls": "gatehouse tuned", "gatehouse-shipped-tls": "gatehouse as shipped",
          "nethttp-tls": "net/http (crypto/tls)", "nginx-tls": "nginx (OpenSSL)"}
-TLS_SERVERS = ["gatehouse-tls", "gatehouse-4x8-tls", "nethttp-tls", "nginx-tls"]
+TLS_SERVERS = ["gatehouse-tls", "gatehouse-shipped-tls", "nethttp-tls", "nginx-tls"]
 SERVERS = ["gatehouse", "nethttp", "nginx"]
 
 
@@ -94,7 +94,7 @@ def nice_log_ticks(lo, hi):
 
 
 def latency_chart(tp, conns, path):
-    servers = [s for s in SERVERS + ["gatehouse-4x8", "gatehouse-before"] if any(r["server"] == s for r in tp)]
+    servers = [s for s in SERVERS + ["gatehouse-shipped", "gatehouse-before"] if any(r["server"] == s for r in tp)]
     panels = [(False, "keep-alive"), (True, "Connection: close")]
     pw, ph, ml, mt, mb = 360, 300, 70, 60, 60
     svg = SVG(ml + 2 * (pw + 40) + 10, mt + ph + mb + 30)
@@ -135,7 +135,7 @@ def latency_chart(tp, conns, path):
                 svg.line(X(j) - 4, Y(mx), X(j) + 4, Y(mx), COLORS[s], 1.5)
                 svg.circle(X(j), Y(m), 3.5, COLORS[s])
             if pts:
-                svg.polyline(pts, COLORS[s], 2, "5,3" if s == "gatehouse-4x8" else None)
+                svg.polyline(pts, COLORS[s], 2, "5,3" if s == "gatehouse-shipped" else None)
     lx = ml
     for s in servers:
         svg.rect(lx, svg.h - 22, 14, 10, COLORS[s])
@@ -218,7 +218,7 @@ def tables(res, rdir):
             for r in tp:
                 f.write("%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n" % (r["server"], r["close"], r["conns"], r["round"], r["rps"],
                                                               r["p50_ms"], r["p99_ms"], r["non2xx"], json.dumps(r["socket_errors"])))
-        servers = [s for s in SERVERS + ["gatehouse-4x8", "gatehouse-before"] if any(r["server"] == s for r in tp)]
+        servers = [s for s in SERVERS + ["gatehouse-shipped", "gatehouse-before"] if any(r["server"] == s for r in tp)]
         for close, title in ((False, "keep-alive"), (True, "Connection: close")):
             out.append("\n#### %s (wrk -t2 -d%ds, %d rounds; median (min–max))\n" % (title, res["config"]["duration_s"], res["config"]["rounds"]))
             out.append("| server | conns | requests/s | p50 ms | p99 ms | non-2xx | socket errors |")

@@ -205,7 +205,7 @@ def phase_conns(args, res, tmp, logdir, nethttp_bin):
         "loads": ["%s c=%d%s" % (t, c, " tls" if tls else "") for t, _, c, tls in LOADS],
         "duration_s": args.duration, "rounds": args.rounds, "client_addrs": args.client_addrs,
         "client": "scripts/bench/loadgen (epoll engine for plain HTTP, a goroutine a client for TLS)",
-        "gatehouse-shipped": "every key at its default (workers 4x8), access log on to a file",
+        "gatehouse-shipped": "every key at its default (workers 4x16), access log on to a file",
         "gatehouse-tuned": "workers %s, hot_window %s, the bench's limits, access log on to a file" % (
             args.throughput_workers, args.hot_window or "default"),
         "loadavg_start": open("/proc/loadavg").read().strip(),

@@ -375,7 +375,7 @@ def phase_real(args, res, tmp, logdir, nethttp_bin):
         "wrk -t2 -c%d --latency, from 127.0.0.1" % args.real_conns,
         "ws": "wsload -c %d -size %d over TLS%s" % (args.ws_conns, args.ws_size,
                                                      " from one address a connection" if args.real_client == "loadgen" else ""),
-        "gatehouse-shipped": "every key at its default (workers 4x8, hot_window 2ms, limits), access log on to a file",
+        "gatehouse-shipped": "every key at its default (workers 4x16, hot_window 50ms, limits), access log on to a file",
         "gatehouse-shipped-nolog": "as gatehouse-shipped, log.access_log = false",
         "gatehouse-tuned": "workers %s, hot_window %s, threads %s, 127.0.0.1 trusted: %s, the throughput rows' limits, "
                            "upstream max_connections 1024, log level warn, access log on to a file" % (

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"strconv"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/supervisor/adminapi"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -34,6 +32,9 @@ const (
 	adminSocketMode = 0o600
 	// adminReloadTimeout bounds a reload asked on the admin socket.
 	adminReloadTimeout = time.Minute
+	// adminUpgradeTimeout bounds an upgrade asked on the admin socket: the
+	// new binary's start is bounded by less (run's upgradeReadyTimeout).
+	adminUpgradeTimeout = time.Minute
 )
 
 // ErrBind marks a failure to create the admin socket; cmd/gatehouse maps it
@@ -82,6 +83,13 @@ type Options struct {
 	Reload func(context.Context) error
 	// Drain performs the drain command. Default: the Supervisor's Drain.
 	Drain func()
+	// Upgrade performs the upgrade command with the new binary's path
+	// ("": the one gatehouse was started from) and returns what to tell
+	// the operator. Nil: the command is refused.
+	Upgrade func(ctx context.Context, path string) (string, error)
+	// Inherited is a listening socket at Path that the old supervisor of
+	// an upgrade passed on; Listen serves it instead of creating one.
+	Inherited *os.File
 }
 
 // Server serves the admin socket: one goroutine accepts, one per
@@ -101,10 +109,13 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // connection goroutines
 
-	// mu guards conns and closed.
+	// mu guards conns, closed and detached.
 	mu     sync.Mutex
 	conns  map[*net.UnixConn]struct{}
 	closed bool
+	// detached: the socket passed to a new supervisor, Close leaves its
+	// file.
+	detached bool
 }
 
 // Listen creates the admin socket at opts.Path with mode 0600, so that
@@ -124,12 +135,28 @@ func Listen(opts Options) (*Server, error) {
 	fail := func(err error) (*Server, error) {
 		return nil, fmt.Errorf("%w: admin socket %s: %w", ErrBind, opts.Path, err)
 	}
-	if err := removeStaleSocket(opts.Path); err != nil {
-		return fail(err)
-	}
-	ln, err := listenUnix(opts.Path)
-	if err != nil {
-		return fail(err)
+	var ln *net.UnixListener
+	if opts.Inherited != nil {
+		l, err := net.FileListener(opts.Inherited)
+		opts.Inherited.Close()
+		if err != nil {
+			return fail(err)
+		}
+		ul, ok := l.(*net.UnixListener)
+		if !ok {
+			l.Close()
+			return fail(errors.New("the inherited admin socket is not a Unix socket"))
+		}
+		ln = ul
+	} else {
+		if err := removeStaleSocket(opts.Path); err != nil {
+			return fail(err)
+		}
+		l, err := listenUnix(opts.Path)
+		if err != nil {
+			return fail(err)
+		}
+		ln = l
 	}
 	fi, err := os.Lstat(opts.Path)
 	if err != nil {
@@ -144,66 +171,6 @@ func Listen(opts Options) (*Server, error) {
 	}
 	a.log.Info("admin socket listening", "path", opts.Path)
 	return a, nil
-}
-
-// listenUnix creates a listening Unix stream socket at path whose file has
-// mode 0600 from its creation: bind runs under umask 0177 (and on Linux the
-// socket itself is 0600 before bind), so no chmod by path follows, which a
-// symlink swapped in by whoever can write the directory would redirect.
-// listen comes last, so a connect before it is refused. The umask is the
-// process's for the instant of bind; files created meanwhile by other
-// goroutines get no more than 0600.
-func listenUnix(path string) (*net.UnixListener, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, os.NewSyscallError("socket", err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()                  // net.FileListener keeps a dup
-	unix.Fchmod(fd, adminSocketMode) // best effort: not every system honours it on a socket
-	old := unix.Umask(0o777 &^ adminSocketMode)
-	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
-	unix.Umask(old)
-	if err != nil {
-		return nil, os.NewSyscallError("bind", err)
-	}
-	if err := unix.Listen(fd, adminMaxConns); err != nil {
-		os.Remove(path)
-		return nil, os.NewSyscallError("listen", err)
-	}
-	l, err := net.FileListener(f)
-	if err != nil {
-		os.Remove(path)
-		return nil, err
-	}
-	return l.(*net.UnixListener), nil
-}
-
-// errAdminInUse is returned for an admin socket another process answers on.
-var errAdminInUse = errors.New("another process is serving on it")
-
-// removeStaleSocket removes a socket file left at path by a process that is
-// gone: only a socket, and only one that refuses connections.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("%s exists and is not a socket", path)
-	}
-	c, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		c.Close()
-		return errAdminInUse
-	}
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("probing the existing socket: %w", err)
-	}
-	return os.Remove(path)
 }
 
 // Path is the admin socket's path.
@@ -222,7 +189,7 @@ func (a *Server) Serve(s Supervisor) error {
 	for {
 		c, err := a.ln.AcceptUnix()
 		if err != nil {
-			if a.isClosed() {
+			if a.isClosed() || a.isDetached() {
 				return nil
 			}
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
@@ -247,6 +214,12 @@ func (a *Server) Serve(s Supervisor) error {
 		a.wg.Add(1)
 		go a.serveConn(c)
 	}
+}
+
+func (a *Server) isDetached() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.detached
 }
 
 func (a *Server) isClosed() bool {
@@ -276,6 +249,7 @@ func (a *Server) Close() error {
 		return nil
 	}
 	a.closed = true
+	detached := a.detached
 	err := a.ln.Close()
 	a.cancel()
 	for c := range a.conns {
@@ -283,7 +257,7 @@ func (a *Server) Close() error {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
-	if fi, serr := os.Lstat(a.opts.Path); serr == nil && os.SameFile(fi, a.file) {
+	if fi, serr := os.Lstat(a.opts.Path); serr == nil && os.SameFile(fi, a.file) && !detached {
 		// After New dropped privileges this fails when the directory is
 		// not writable by the account dropped to: no descriptor kept from
 		// before the drop would let it unlink, and only a privileged
@@ -471,6 +445,25 @@ func (a *Server) do(req adminapi.Request, uid int) adminapi.Reply {
 		a.opts.Drain()
 		return adminapi.Reply{Message: "draining: no new connections, idle connections closed; requests in flight get " +
 			grace + " to finish, then are cut; gatehouse then exits"}
+	case adminapi.CmdUpgrade:
+		if len(req.Args) > 1 {
+			return argErr("upgrade [PATH]")
+		}
+		if a.opts.Upgrade == nil {
+			return adminapi.Reply{Error: "upgrade is not available in this process"}
+		}
+		path := ""
+		if len(req.Args) == 1 {
+			path = req.Args[0]
+		}
+		a.log.Info("admin command", "command", req.Command, "path", path, "uid", uid)
+		uctx, cancel := context.WithTimeout(a.ctx, adminUpgradeTimeout)
+		defer cancel()
+		msg, err := a.opts.Upgrade(uctx, path)
+		if err != nil {
+			return adminapi.Reply{Error: "upgrade failed, the running version keeps serving: " + err.Error()}
+		}
+		return adminapi.Reply{Message: msg}
 	case adminapi.CmdLogLevel:
 		if len(req.Args) != 1 {
 			return argErr("log-level trace|debug|info|warn|error")
@@ -482,5 +475,5 @@ func (a *Server) do(req adminapi.Request, uid int) adminapi.Reply {
 		return adminapi.Reply{Message: "log level set to " + req.Args[0]}
 	}
 	a.log.Warn("unknown admin command", "command", req.Command, "uid", uid)
-	return adminapi.Reply{Error: fmt.Sprintf("unknown command %q (status, workers, conns, clients, metrics, reload, drain, log-level)", req.Command)}
+	return adminapi.Reply{Error: fmt.Sprintf("unknown command %q (status, workers, conns, clients, metrics, reload, drain, upgrade, log-level)", req.Command)}
 }

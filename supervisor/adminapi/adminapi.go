@@ -23,13 +23,16 @@ const Timeout = 5 * time.Second
 
 // Commands.
 const (
-	CmdStatus   = "status"    // Reply.Status
-	CmdWorkers  = "workers"   // Reply.Workers
-	CmdConns    = "conns"     // Reply.Conns
-	CmdClients  = "clients"   // Reply.Clients; args: [N], the top N (default DefaultClients)
-	CmdMetrics  = "metrics"   // Reply.Metrics
-	CmdReload   = "reload"    // Reply.Message; Error when the new file was refused
-	CmdDrain    = "drain"     // Reply.Message; the supervisor stops accepting, finishes and exits
+	CmdStatus  = "status"  // Reply.Status
+	CmdWorkers = "workers" // Reply.Workers
+	CmdConns   = "conns"   // Reply.Conns
+	CmdClients = "clients" // Reply.Clients; args: [N], the top N (default DefaultClients)
+	CmdMetrics = "metrics" // Reply.Metrics
+	CmdReload  = "reload"  // Reply.Message; Error when the new file was refused
+	CmdDrain   = "drain"   // Reply.Message; the supervisor stops accepting, finishes and exits
+	// CmdUpgrade starts a new binary (args: [PATH]) and hands everything
+	// over to it; Error when the new binary could not take over.
+	CmdUpgrade  = "upgrade"   // Reply.Message
 	CmdLogLevel = "log-level" // args: [LEVEL]; Reply.Message
 	// CmdUpstreams reports every upstream's budget and address state.
 	CmdUpstreams = "upstreams" // Reply.Upstreams
@@ -114,6 +117,37 @@ type Status struct {
 	CertificateErrors []CertificateError `json:"certificate_errors,omitempty"`
 	// Cluster is the shared store's link, absent without a cluster block.
 	Cluster *Cluster `json:"cluster,omitempty"`
+	// Upgrade is the binary upgrade this process takes part in, and the
+	// upgrades it saw fail.
+	Upgrade Upgrade `json:"upgrade"`
+}
+
+// Upgrade is a binary upgrade as one of its two processes sees it
+// (gatehousectl upgrade, SIGUSR2).
+type Upgrade struct {
+	// HandingOver: this is the old process, handing over to PeerPID,
+	// which runs PeerVersion; Staying counts the connections it still
+	// holds (streams, TLS, requests in flight), at the latest until
+	// Deadline.
+	HandingOver bool   `json:"handing_over"`
+	PeerPID     int    `json:"peer_pid,omitempty"`
+	PeerVersion string `json:"peer_version,omitempty"`
+	Staying     int    `json:"staying"`
+	// HandedOver counts the connections sent to the new process, Adopted
+	// those received from an old one, Drained those the old process
+	// closed instead.
+	HandedOver uint64 `json:"handed_over"`
+	Adopted    uint64 `json:"adopted"`
+	Drained    uint64 `json:"drained"`
+	// Failed counts upgrades that failed (the running version served on);
+	// LastError is the latest one's reason.
+	Failed    uint64 `json:"failed"`
+	LastError string `json:"last_error,omitempty"`
+	// Starting is the new binary an upgrade is starting, not ready yet.
+	Starting string `json:"starting,omitempty"`
+	// OldDraining: this is the new process, and the old one, PeerPID,
+	// still holds Staying connections.
+	OldDraining bool `json:"old_draining"`
 }
 
 // Cluster is the link to the store several instances share rate limits,

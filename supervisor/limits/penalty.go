@@ -180,3 +180,29 @@ func (b *PenaltyBox) List(now time.Time) []PenaltyInfo {
 func (b *PenaltyBox) remove(el *list.Element) {
 	delete(b.entries, b.lru.Remove(el).(*penaltyEntry).key)
 }
+
+// PenaltyState is one key's penalty as an upgrade hands it on.
+type PenaltyState struct {
+	Key       netip.Addr
+	Remaining time.Duration
+}
+
+// Export returns the keys refused now, the least recently struck first.
+func (b *PenaltyBox) Export(now time.Time) []PenaltyState {
+	var out []PenaltyState
+	for el := b.lru.Back(); el != nil; el = el.Prev() {
+		e := el.Value.(*penaltyEntry)
+		if rem := e.until.Sub(now); rem > 0 {
+			out = append(out, PenaltyState{Key: e.key, Remaining: rem})
+		}
+	}
+	return out
+}
+
+// Resume refuses key for what remains of a penalty the previous supervisor
+// imposed (Export), unlike Impose not counted as imported.
+func (b *PenaltyBox) Resume(s PenaltyState, now time.Time) {
+	n := b.imported
+	b.Impose(s.Key, now.Add(s.Remaining), now)
+	b.imported = n
+}

@@ -107,3 +107,37 @@ func (l *Limiter) Clients() []netip.Addr {
 	}
 	return out
 }
+
+// BucketState is one bucket as an upgrade hands it to the new supervisor
+// (docs/DESIGN.md §11): its tokens and how long ago it was last charged.
+type BucketState struct {
+	Client netip.Addr
+	Class  string
+	Tokens float64
+	Age    time.Duration
+}
+
+// Export returns every bucket, the least recently used first, so that
+// Import in that order keeps the order of eviction.
+func (l *Limiter) Export(now time.Time) []BucketState {
+	out := make([]BucketState, 0, len(l.buckets))
+	for el := l.lru.Back(); el != nil; el = el.Prev() {
+		b := el.Value.(*bucket)
+		out = append(out, BucketState{Client: b.key.client, Class: b.key.class, Tokens: b.tokens, Age: max(0, now.Sub(b.last))})
+	}
+	return out
+}
+
+// Import adds a bucket that another supervisor exported, replacing one of
+// the same client and class; past max the least recently used goes.
+func (l *Limiter) Import(s BucketState, now time.Time) {
+	k := bucketKey{client: s.Client, class: s.Class}
+	if el := l.buckets[k]; el != nil {
+		l.lru.Remove(el)
+		delete(l.buckets, k)
+	}
+	if len(l.buckets) >= l.max {
+		l.evict()
+	}
+	l.buckets[k] = l.lru.PushFront(&bucket{key: k, tokens: s.Tokens, last: now.Add(-s.Age)})
+}

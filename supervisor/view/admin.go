@@ -76,6 +76,9 @@ func (v Admin) Status() *adminapi.Status {
 		Workers:                 workersOf(snap),
 		Listeners:               []string{},
 		WorkerDeaths:            snap.DeathsByReason(),
+		Upgrade: adminapi.Upgrade{HandingOver: snap.Upgrade.HandingOver, PeerPID: snap.Upgrade.PeerPID, PeerVersion: snap.Upgrade.PeerVersion,
+			Staying: snap.Upgrade.Staying, HandedOver: snap.Upgrade.Sent, Adopted: snap.Upgrade.Received, Drained: snap.Upgrade.Drained,
+			Failed: snap.Upgrade.Failed, LastError: snap.Upgrade.LastError, Starting: snap.Upgrade.Starting, OldDraining: snap.Upgrade.OldDraining},
 	}
 	for _, l := range snap.Listeners {
 		st.Listeners = append(st.Listeners, l.String())

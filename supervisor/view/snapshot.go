@@ -41,6 +41,8 @@ type Snapshot struct {
 	Workers    []WorkerInfo
 	Counters   map[string]uint64
 	Stopping   bool
+	// Upgrade is the binary upgrade's state, on either side of it.
+	Upgrade UpgradeInfo
 	// Admission: bytes held in incomplete heads, whether stress mode is on,
 	// and the first-byte and head timeouts in force.
 	HeadBytes        int
@@ -186,4 +188,26 @@ func (s *Snapshot) SortClients() {
 		}
 		return a.Conns > b.Conns
 	})
+}
+
+// UpgradeInfo is a binary upgrade as one of its two supervisors sees it
+// (docs/DESIGN.md §11).
+type UpgradeInfo struct {
+	// HandingOver: this is the old supervisor, handing over to PeerPID.
+	HandingOver bool
+	PeerPID     int
+	PeerVersion string
+	// Staying counts the connections the old supervisor still holds.
+	Staying int
+	// Sent and Received count the connections handed over; Drained those
+	// the old supervisor closed instead (TLS, streams, upgrade_grace).
+	Sent, Received, Drained uint64
+	// Failed counts upgrades that failed; LastError is the latest reason.
+	Failed    uint64
+	LastError string
+	// Starting is the binary an upgrade is starting; OldDraining: this is
+	// the new supervisor, and the old one PeerPID still holds Staying
+	// connections.
+	Starting    string
+	OldDraining bool
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,12 @@ type notifier struct {
 
 	mu         sync.Mutex // serialises messages, guards lastStatus
 	lastStatus string
+	// mainPID: READY=1 names this process the main one (MAINPID=): it took
+	// over from an old gatehouse in an upgrade. Set before watch runs.
+	mainPID bool
+	// quiet: this process handed over to a new one, which speaks for the
+	// service now.
+	quiet atomic.Bool
 }
 
 // newNotifier reads NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID; the
@@ -72,7 +79,7 @@ func (n *notifier) send(state string) {
 }
 
 func (n *notifier) sendLocked(state string) {
-	if n.conn == nil {
+	if n.conn == nil || n.quiet.Load() {
 		return
 	}
 	if _, err := n.conn.Write([]byte(state)); err != nil {
@@ -102,7 +109,11 @@ func (n *notifier) ready(s string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.lastStatus = s
-	n.sendLocked(daemon.SdNotifyReady + "\nSTATUS=" + s)
+	main := ""
+	if n.mainPID {
+		main = "MAINPID=" + strconv.Itoa(os.Getpid()) + "\n"
+	}
+	n.sendLocked(main + daemon.SdNotifyReady + "\nSTATUS=" + s)
 }
 
 // reloading sends RELOADING=1 with the monotonic timestamp Type=notify-reload

@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
+	"github.com/gatehouse-dev/gatehouse/supervisor/handover"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
@@ -54,6 +55,7 @@ func Main(args []string, stderr io.Writer) int {
 	path := fs.String("config", "", "configuration `file` (default: the embedded example configuration)")
 	check := fs.Bool("check", false, "validate the configuration and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	upgradeFD := fs.Int("upgrade-fd", 0, "internal: the hand-over `descriptor` from the gatehouse this one upgrades (gatehousectl upgrade)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK // -h asked for the usage, which is printed
@@ -68,6 +70,18 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gatehouse: unexpected argument %q\n", fs.Arg(0))
 		return ExitConfig
 	}
+	// The path this binary was started from, while it is still this
+	// binary: an upgrade replaces the file, and /proc/self/exe then names
+	// the old one, deleted.
+	exe, _ := os.Executable()
+	var in *handover.Inbound
+	if *upgradeFD > 0 {
+		var err error
+		if in, err = handover.Open(*upgradeFD); err != nil {
+			fmt.Fprintf(stderr, "gatehouse: taking over: %v\n", err)
+			return ExitError
+		}
+	}
 	var cfg *config.Config
 	var err error
 	if *path == "" {
@@ -79,7 +93,10 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gatehouse: %v\n", err)
-		if !*check {
+		if in != nil {
+			in.Fail("configuration: " + err.Error())
+		}
+		if !*check && in == nil {
 			// A service manager shows why the unit never became ready.
 			log := hclog.New(&hclog.LoggerOptions{Name: "gatehouse", Output: stderr})
 			newNotifier(log).status(failedStatus(err))
@@ -108,19 +125,24 @@ func Main(args []string, stderr io.Writer) int {
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration", "warning", w)
 	}
-	code := serve(cfg, *path, log, out)
+	code := serve(cfg, *path, log, out, exe, in)
 	out.Flush(2 * time.Second)
 	return code
 }
 
 // serve runs the supervisor for cfg until a signal or a drain, and returns the
 // exit status.
-func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogWriter) int {
-	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace}
+func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogWriter, exe string, in *handover.Inbound) int {
+	svc := &service{notify: newNotifier(log), log: log, grace: cfg.Limits.ShutdownGrace, exe: exe, config: path}
 	// fail reports a startup failure in the log and on the STATUS= line;
-	// READY=1 is never sent.
+	// READY=1 is never sent. A new binary taking over tells the old one,
+	// which keeps serving.
 	fail := func(code int, err error) int {
 		log.Error("starting", "error", err)
+		if in != nil {
+			in.Fail(err.Error())
+			return code
+		}
 		svc.notify.status(failedStatus(err))
 		return code
 	}
@@ -134,11 +156,16 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 	if err != nil {
 		return fail(ExitBind, err)
 	}
+	var adminFile *os.File
+	if in != nil {
+		inherited, adminFile = takeListeners(cfg, in, log)
+	}
 	// The admin socket is created before New, which may drop privileges to
 	// the configured user; it is served once the supervisor exists.
 	var adm *admin.Server
 	if cfg.Admin.Socket != "" {
-		adm, err = admin.Listen(admin.Options{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain})
+		adm, err = admin.Listen(admin.Options{Path: cfg.Admin.Socket, Logger: log, Reload: svc.reload, Drain: svc.drain,
+			Upgrade: svc.upgrade, Inherited: adminFile})
 		if err != nil {
 			for _, fd := range inherited {
 				syscall.Close(fd)
@@ -147,7 +174,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 		}
 		defer adm.Close()
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, LogOutput: out, ConfigPath: path, Inherited: inherited})
+	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, LogOutput: out, ConfigPath: path, Inherited: inherited, HoldAccept: in != nil})
 	if err != nil {
 		switch {
 		case errors.Is(err, supervisor.ErrBind):
@@ -157,7 +184,7 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 		}
 		return fail(ExitError, err)
 	}
-	svc.sup = sup
+	svc.sup, svc.adm = sup, adm
 	for i, a := range sup.Addrs() {
 		if fd, ok := inherited[cfg.Listeners[i].Name]; ok {
 			log.Info("listening", "address", a.String(), "listener", cfg.Listeners[i].Name, "inherited_fd", fd)
@@ -165,8 +192,23 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 			log.Info("listening", "address", a.String(), "listener", cfg.Listeners[i].Name)
 		}
 	}
+	done := make(chan struct{})
+	defer close(done)
+	var watched supervised = sup
+	if in != nil {
+		watched = svc.takeOver(sup, in, done)
+	}
 	if adm != nil {
 		go func() {
+			if in != nil {
+				// The old gatehouse answers on the shared socket until
+				// this one serves in its place.
+				select {
+				case <-watched.Ready():
+				case <-done:
+					return
+				}
+			}
 			if err := adm.Serve(sup.Admin()); err != nil {
 				log.Error("admin socket stopped", "error", err)
 			}
@@ -176,10 +218,8 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		for {
 			select {
@@ -189,6 +229,12 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 					// stays. Off this goroutine, so that a SIGTERM during a
 					// reload is not kept waiting.
 					go svc.reload(ctx)
+					continue
+				}
+				if sig == syscall.SIGUSR2 {
+					// As nginx: upgrade to the binary at the path
+					// gatehouse was started from.
+					go svc.upgradeLogged(ctx)
 					continue
 				}
 				if sig == syscall.SIGUSR1 {
@@ -206,11 +252,16 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 			}
 		}
 	}()
-	go svc.notify.watch(done, sup, &svc.started)
+	go svc.notify.watch(done, watched, &svc.started)
 
 	if err := sup.Run(ctx); err != nil {
 		log.Error("stopped", "error", err)
 		return ExitError
+	}
+	if svc.handedOver.Load() {
+		// The last connections handed over may still be on their way.
+		svc.out.Wait()
+		log.Info("upgraded: the new supervisor serves; exiting")
 	}
 	return ExitOK
 }
@@ -228,6 +279,15 @@ type service struct {
 	// started is set once READY=1 was sent.
 	started  atomic.Bool
 	reloadMu sync.Mutex // one reload at a time: SIGHUP and the admin socket
+	// exe and config are the binary and the file an upgrade starts by
+	// default (exe as it was resolved at start).
+	exe, config string
+	adm         *admin.Server // nil without an admin socket
+	upgradeMu   sync.Mutex    // one upgrade at a time
+	// handedOver is set once a new supervisor took over: this one only
+	// finishes what cannot move, then exits.
+	handedOver atomic.Bool
+	out        *handover.Outbound // set with handedOver
 }
 
 // reload reloads the configuration (SIGHUP, admin reload), with RELOADING=1
@@ -236,6 +296,9 @@ type service struct {
 func (s *service) reload(ctx context.Context) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
+	if s.handedOver.Load() {
+		return errors.New("this gatehouse has handed over to a new binary; reload that one")
+	}
 	if !s.started.Load() {
 		return s.sup.Reload(ctx)
 	}

@@ -62,6 +62,10 @@ Commands:
   drain             shut gatehouse down gracefully: stop accepting, close every
                     idle connection, give requests in flight shutdown_grace
                     (default 10s) to finish, cut the rest, exit 0
+  upgrade [PATH]    start the binary at PATH (default: the one gatehouse was
+                    started from) with the configuration read afresh, and hand
+                    it every listener and connection; exits non-zero, and the
+                    running version keeps serving, when the new one fails
   log-level LEVEL   trace, debug, info, warn or error
 
 Flags may come before or after the command.
@@ -176,7 +180,7 @@ func call(path string, req adminapi.Request) ([]byte, adminapi.Reply, error) {
 	}
 	defer c.Close()
 	limit := replyTimeout
-	if req.Command == adminapi.CmdReload {
+	if req.Command == adminapi.CmdReload || req.Command == adminapi.CmdUpgrade {
 		limit = reloadTimeout
 	}
 	c.SetDeadline(time.Now().Add(limit))
@@ -243,6 +247,7 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	fmt.Fprintf(tw, "pool\t%d slots, %d per client; %d at workers, %d waiting, %s\n",
 		s.Pool, s.Share, s.AtWorkers, s.Waiting, firstRequests(s.Queued, s.InFirstRequest))
 	fmt.Fprintf(tw, "worker deaths\t%s\n", deathSummary(s.WorkerDeaths))
+	fmt.Fprintf(tw, "upgrade\t%s\n", upgradeSummary(s.Upgrade))
 	p := s.Privileges
 	caps := p.Capabilities
 	if caps == "" {
@@ -464,4 +469,27 @@ func safeJoin(ss []string) string {
 // secs formats a number of seconds as a duration.
 func secs(s float64) string {
 	return (time.Duration(s * float64(time.Second))).String()
+}
+
+// upgradeSummary is the status's upgrade line: the hand-over under way, or
+// what this process took over and how many upgrades failed.
+func upgradeSummary(u adminapi.Upgrade) string {
+	var out string
+	switch {
+	case u.Starting != "":
+		out = "in progress: starting " + safe(u.Starting)
+	case u.OldDraining:
+		out = fmt.Sprintf("in progress: took over %d connections; the previous version (pid %d) still drains %d", u.Adopted, u.PeerPID, u.Staying)
+	case u.HandingOver:
+		out = fmt.Sprintf("in progress: handing over to %s (pid %d); %d connections handed over, %d still here (draining), %d closed here",
+			safe(u.PeerVersion), u.PeerPID, u.HandedOver, u.Staying, u.Drained)
+	case u.Adopted > 0:
+		out = fmt.Sprintf("took over %d connections from the previous version", u.Adopted)
+	default:
+		out = "none in progress"
+	}
+	if u.Failed > 0 {
+		out += fmt.Sprintf("; %d failed, the last: %s", u.Failed, safe(u.LastError))
+	}
+	return out
 }
