@@ -51,14 +51,7 @@ func Pair() (parent, child int, err error) {
 		return -1, -1, fmt.Errorf("handover: socketpair: %w", err)
 	}
 	for _, fd := range fds {
-		// A batch of heads may be large; without the force (root only)
-		// the kernel caps it at wmem_max.
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sockBuf) != nil {
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, sockBuf)
-		}
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockBuf) != nil {
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, sockBuf)
-		}
+		setBuffers(fd, sockBuf)
 	}
 	return fds[0], fds[1], nil
 }

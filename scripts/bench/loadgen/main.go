@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command loadgen drives HTTP/1.1 load at a server from many loopback
 // source addresses and reports what it cost the client too:
 //
