@@ -108,7 +108,7 @@ func TestOpsAdminCommands(t *testing.T) {
 		}
 	}
 	if st.Version != "dev" || !strings.HasSuffix(st.ConfigFile, "gatehouse.hcl") || len(st.Listeners) != 1 || st.Listeners[0] != p.addr ||
-		st.Pool != 16 || st.Share != 4 || st.PID != p.cmd.Process.Pid || st.UptimeSeconds <= 0 {
+		st.Pool != 32 || st.Share != 8 || st.PID != p.cmd.Process.Pid || st.UptimeSeconds <= 0 {
 		t.Errorf("status: %+v", st)
 	}
 
@@ -145,7 +145,7 @@ func TestOpsAdminCommands(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if conns.Total < 2 || conns.Pool != 16 {
+	if conns.Total < 2 || conns.Pool != 32 {
 		t.Errorf("conns: %+v", conns)
 	}
 	r = ctl(t, nil, bin, "-socket", sock, "conns")
