@@ -63,9 +63,10 @@ Commands:
                     idle connection, give requests in flight shutdown_grace
                     (default 10s) to finish, cut the rest, exit 0
   upgrade [PATH]    start the binary at PATH (default: the one gatehouse was
-                    started from) with the configuration read afresh, and hand
-                    it every listener and connection; exits non-zero, and the
-                    running version keeps serving, when the new one fails
+                    started from; started as root, gatehouse refuses any other)
+                    with the configuration read afresh, and hand it every
+                    listener and connection; exits non-zero, and the running
+                    version keeps serving, when the new one fails
   log-level LEVEL   trace, debug, info, warn or error
 
 Flags may come before or after the command.
