@@ -830,6 +830,14 @@ func TestUpgradeRootKeepsSeparation(t *testing.T) {
 				if uid != "0" {
 					t.Errorf("new launcher %d uid %s, want root", c, uid)
 				}
+				// It holds its socket to the supervisor and nothing
+				// else of it: no listener, no hand-over socket.
+				fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", c))
+				for _, fd := range fds {
+					if target, _ := os.Readlink(fd); strings.HasPrefix(target, "socket:") && filepath.Base(fd) != "3" {
+						t.Errorf("new launcher %d holds %s: %s", c, fd, target)
+					}
+				}
 			default:
 				t.Errorf("new supervisor's child %d (uid %s, %q): neither spawner nor launcher", c, uid, cmdline)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/handover"
 	"github.com/gatehouse-dev/gatehouse/supervisor/launcher"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -121,6 +122,11 @@ func (s *service) startNew(ctx context.Context, path string) (string, error) {
 func (s *service) startLauncher() error {
 	if os.Geteuid() != 0 || s.exe == "" {
 		return nil
+	}
+	// Nothing inherited (socket-activated listeners, the hand-over
+	// socket) may reach the launcher or what it starts.
+	if err := sockets.CloseOnExecInherited(); err != nil {
+		return err
 	}
 	l, err := launcher.Start(launcher.Options{Self: "/proc/self/exe", Exe: s.exe, Config: s.config, Env: s.upgradeEnv()})
 	if err != nil {
