@@ -128,8 +128,8 @@ type Client struct {
 	pid int
 
 	mu      sync.Mutex // one launch at a time
-	replies chan response
-	exited  chan error // the current launch's, nil between launches
+	replies chan reply
+	exited  chan error // +checklocks:exMu; the running launch's, nil when none
 	gone    chan struct{}
 	exMu    sync.Mutex
 }
@@ -145,7 +145,7 @@ func Start(o Options) (*Client, error) {
 		return nil, os.NewSyscallError("socketpair", err)
 	}
 	theirs := os.NewFile(uintptr(pair[1]), "launcher")
-	c := &Client{fd: pair[0], replies: make(chan response, 1), gone: make(chan struct{})}
+	c := &Client{fd: pair[0], replies: make(chan reply, 1), gone: make(chan struct{})}
 	started := make(chan error, 1)
 	// Started from a thread locked for its lifetime: Pdeathsig fires when
 	// that thread exits (golang/go#27505).
@@ -216,8 +216,23 @@ func (c *Client) read() {
 			c.exMu.Unlock()
 			continue
 		}
-		c.replies <- r
+		rep := reply{r: r}
+		if r.kind == kindStarted {
+			// The exit of the process just started is the next one
+			// reported: the launcher has one at a time, and sends its
+			// exit only after this.
+			rep.exited = make(chan error, 1)
+			c.exMu.Lock()
+			c.exited = rep.exited
+			c.exMu.Unlock()
+		}
+		c.replies <- rep
 	}
+}
+
+type reply struct {
+	r      response
+	exited chan error
 }
 
 // Launch starts the new binary with handover as its fd 3. It returns its
@@ -226,20 +241,16 @@ func (c *Client) read() {
 func (c *Client) Launch(handover *os.File) (int, <-chan error, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	exited := make(chan error, 1)
-	c.exMu.Lock()
-	c.exited = exited
-	c.exMu.Unlock()
 	err := unix.Sendmsg(c.fd, request{op: opLaunch}.encode(), unix.UnixRights(int(handover.Fd())), nil, 0)
 	if err != nil {
 		return 0, nil, fmt.Errorf("launcher: %w", err)
 	}
 	select {
-	case r := <-c.replies:
-		if r.kind != kindStarted {
-			return 0, nil, fmt.Errorf("the upgrade launcher refused: %s", r.reason)
+	case rep := <-c.replies:
+		if rep.r.kind != kindStarted {
+			return 0, nil, fmt.Errorf("the upgrade launcher refused: %s", rep.r.reason)
 		}
-		return int(r.pid), exited, nil
+		return int(rep.r.pid), rep.exited, nil
 	case <-c.gone:
 		return 0, nil, ErrGone
 	}

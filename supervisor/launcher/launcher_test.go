@@ -3,9 +3,11 @@ package launcher
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -209,4 +211,97 @@ func TestServerRefuses(t *testing.T) {
 	s.mu.Unlock()
 	unix.Shutdown(pair[0], syscall.SHUT_RDWR)
 	<-done
+}
+
+// childEnv makes the test binary, started by the launcher, stand in for a
+// new gatehouse: it checks its arguments, then waits for its fd 3 to close.
+const childEnv = "GATEHOUSE_LAUNCHER_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		want := []string{"-upgrade-fd", "3", "-config", "gatehouse.hcl"}
+		if !slices.Equal(os.Args[1:], want) {
+			os.Exit(3)
+		}
+		buf := make([]byte, 1)
+		for {
+			if n, err := unix.Read(3, buf); n == 0 || (err != nil && err != unix.EINTR) {
+				os.Exit(0)
+			}
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// TestClientLaunch starts the test binary, installed as root's, through a
+// real launcher loop: the first launch starts it with the recorded
+// arguments, a second is refused while it runs, Kill ends it and the exit
+// is reported, and a launch is possible again.
+func TestClientLaunch(t *testing.T) {
+	dir := rootDir(t)
+	exe := filepath.Join(dir, "gatehouse")
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{fd: pair[1], exe: exe, config: "gatehouse.hcl", env: []string{childEnv + "=1"}}
+	go s.serve()
+	c := &Client{fd: pair[0], replies: make(chan reply, 1), gone: make(chan struct{})}
+	go c.read()
+	defer unix.Shutdown(pair[0], syscall.SHUT_RDWR)
+
+	hand := func() (*os.File, *os.File) {
+		t.Helper()
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	}
+	ours, theirs := hand()
+	defer ours.Close()
+	pid, exited, err := c.Launch(theirs)
+	theirs.Close()
+	if err != nil || pid <= 0 {
+		t.Fatalf("launch: pid %d, %v", pid, err)
+	}
+	ours2, theirs2 := hand()
+	defer ours2.Close()
+	if _, _, err := c.Launch(theirs2); err == nil || !strings.Contains(err.Error(), "in flight") {
+		t.Errorf("a second launch while the first runs: %v", err)
+	}
+	theirs2.Close()
+	c.Kill()
+	select {
+	case err := <-exited:
+		if err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("killed launch reported as %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit reported after Kill")
+	}
+	// Free again: this one checks its arguments and exits once its
+	// hand-over socket closes.
+	ours3, theirs3 := hand()
+	_, exited, err = c.Launch(theirs3)
+	theirs3.Close()
+	if err != nil {
+		t.Fatalf("launch after the first ended: %v", err)
+	}
+	ours3.Close()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("launched binary: %v (exit status 3: wrong arguments)", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the launched binary did not exit when its hand-over socket closed")
+	}
 }

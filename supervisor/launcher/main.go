@@ -74,7 +74,12 @@ func (s *server) serve() {
 		case err != nil:
 			s.reply(response{kind: kindRefused, reason: err.Error()})
 		case r.op == opLaunch && len(fds) == 1:
-			s.reply(s.launch(fds[0]))
+			resp, cmd := s.launch(fds[0])
+			s.reply(resp)
+			if cmd != nil {
+				// Its exit is reported after its start.
+				go s.reap(cmd)
+			}
 		case r.op == opKill:
 			s.mu.Lock()
 			if s.child != nil {
@@ -104,16 +109,17 @@ func parseRights(oob []byte) []int {
 	return fds
 }
 
-// launch starts the recorded binary with the hand-over socket as fd 3.
-func (s *server) launch(handover int) response {
+// launch starts the recorded binary with the hand-over socket as fd 3; the
+// command is nil when it refused.
+func (s *server) launch(handover int) (response, *exec.Cmd) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.child != nil {
-		return response{kind: kindRefused, reason: fmt.Sprintf("a launch is in flight (pid %d)", s.child.Pid)}
+		return response{kind: kindRefused, reason: fmt.Sprintf("a launch is in flight (pid %d)", s.child.Pid)}, nil
 	}
 	f, err := openChecked(s.exe)
 	if err != nil {
-		return response{kind: kindRefused, reason: err.Error()}
+		return response{kind: kindRefused, reason: err.Error()}, nil
 	}
 	defer f.Close()
 	args := []string{s.exe, "-upgrade-fd", "3"}
@@ -134,11 +140,10 @@ func (s *server) launch(handover int) response {
 	}
 	err = cmd.Start()
 	if err != nil {
-		return response{kind: kindRefused, reason: fmt.Sprintf("starting %s: %v", s.exe, err)}
+		return response{kind: kindRefused, reason: fmt.Sprintf("starting %s: %v", s.exe, err)}, nil
 	}
 	s.child = cmd.Process
-	go s.reap(cmd)
-	return response{kind: kindStarted, pid: int32(cmd.Process.Pid)}
+	return response{kind: kindStarted, pid: int32(cmd.Process.Pid)}, cmd
 }
 
 // reap waits for the process launched and tells the supervisor how it
