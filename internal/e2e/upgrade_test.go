@@ -847,11 +847,14 @@ func TestUpgradeRootKeepsSeparation(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if st := s.status(); st.Privileges.LauncherPID == 0 || st.Privileges.SpawnerPID == 0 {
+		t.Errorf("status after the upgrade: launcher pid %d, spawner pid %d", st.Privileges.LauncherPID, st.Privileges.SpawnerPID)
+	}
 	if spawners != 1 || launchers != 1 || workers < 2 {
 		t.Errorf("new supervisor's children: %d spawners, %d launchers, %d workers; want 1, 1, 2", spawners, launchers, workers)
 	}
 	r := ctl(t, nil, ctlBin(t), "-socket", s.sock, "status")
-	for _, want := range []string{"up-two, pid", "euid 65534", "workers run as 65532:65532"} {
+	for _, want := range []string{"up-two, pid", "euid 65534", "workers run as 65532:65532", "as root, starts only the binary"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("gatehousectl status after the upgrade lacks %q:\n%s", want, r.stdout)
 		}

@@ -181,7 +181,11 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 	if err := svc.startLauncher(); err != nil {
 		return fail(ExitError, err)
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, LogOutput: out, ConfigPath: path, Inherited: inherited, HoldAccept: in != nil})
+	launcherPID := 0
+	if svc.launcher != nil {
+		launcherPID = svc.launcher.PID()
+	}
+	sup, err := supervisor.New(cfg, supervisor.Options{LauncherPID: launcherPID, Logger: log, LogOutput: out, ConfigPath: path, Inherited: inherited, HoldAccept: in != nil})
 	if err != nil {
 		switch {
 		case errors.Is(err, supervisor.ErrBind):

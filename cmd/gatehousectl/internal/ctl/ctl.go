@@ -259,6 +259,9 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 	if p.Separation != "" {
 		fmt.Fprintf(tw, "workers\t%s\n", safe(p.Separation))
 	}
+	if p.LauncherPID != 0 {
+		fmt.Fprintf(tw, "launcher\tpid %d as root, starts only the binary at the path gatehouse was started from on an upgrade\n", p.LauncherPID)
+	}
 	mode := "normal"
 	if s.Stress {
 		mode = "stress"
