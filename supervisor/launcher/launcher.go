@@ -241,7 +241,7 @@ type reply struct {
 func (c *Client) Launch(handover *os.File) (int, <-chan error, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	err := unix.Sendmsg(c.fd, request{op: opLaunch}.encode(), unix.UnixRights(int(handover.Fd())), nil, 0)
+	err := unix.Sendmsg(c.fd, request{op: opLaunch}.encode(), unix.UnixRights(int(handover.Fd())), nil, unix.MSG_NOSIGNAL)
 	if err != nil {
 		return 0, nil, fmt.Errorf("launcher: %w", err)
 	}
@@ -258,5 +258,5 @@ func (c *Client) Launch(handover *os.File) (int, <-chan error, error) {
 
 // Kill asks the launcher to kill the process it launched, if it still runs.
 func (c *Client) Kill() {
-	unix.Sendmsg(c.fd, request{op: opKill}.encode(), nil, nil, 0)
+	unix.Sendmsg(c.fd, request{op: opKill}.encode(), nil, nil, unix.MSG_NOSIGNAL)
 }
