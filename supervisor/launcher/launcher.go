@@ -159,7 +159,7 @@ func Start(o Options) (*Client, error) {
 			Stdout:      os.Stdout,
 			Stderr:      os.Stderr,
 			ExtraFiles:  []*os.File{theirs},
-			SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+			SysProcAttr: procAttr(),
 		}
 		err := cmd.Start()
 		theirs.Close()

@@ -120,7 +120,7 @@ func (s *service) startNew(ctx context.Context, path string) (string, error) {
 // (before the supervisor drops it), with the binary path, configuration
 // path and environment a fresh start has.
 func (s *service) startLauncher() error {
-	if os.Geteuid() != 0 || s.exe == "" {
+	if !launcher.Supported || os.Geteuid() != 0 || s.exe == "" {
 		return nil
 	}
 	// Nothing inherited (socket-activated listeners, the hand-over
