@@ -74,6 +74,9 @@ type Options struct {
 	// their own process, and embedding programs that drop privileges their
 	// own way. It is logged as a warning.
 	KeepRoot bool
+	// LauncherPID is the upgrade launcher a root start keeps (package
+	// launcher, started by the command), for the status; 0: none.
+	LauncherPID int
 	// ConfigPath is the file Reload reads again; "" when the configuration
 	// is the built-in one, which cannot be reloaded.
 	ConfigPath string

@@ -28,7 +28,11 @@ func (a adminSide) View(ctx context.Context) (admin.View, error) {
 	if err != nil {
 		return nil, err
 	}
-	held := func() adminapi.Privileges { return privileges.Report(a.separation, a.spawner) }
+	held := func() adminapi.Privileges {
+		p := privileges.Report(a.separation, a.spawner)
+		p.LauncherPID = a.opts.LauncherPID
+		return p
+	}
 	return view.Admin{Snap: snap, Started: a.Started(), ConfigFile: a.ConfigPath(), Privileges: held}, nil
 }
 

@@ -71,9 +71,13 @@ func (p *proc) workerPIDs(t *testing.T) []int {
 	t.Helper()
 	var pids []int
 	for _, c := range childPIDs(p.cmd.Process.Pid) {
-		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c)); strings.Contains(string(cmdline), "\x00spawner") {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
+		if strings.Contains(string(cmdline), "\x00spawner") {
 			pids = append(pids, childPIDs(c)...)
 			continue
+		}
+		if strings.Contains(string(cmdline), "\x00upgrade-launcher") {
+			continue // a root start's upgrade launcher, no worker
 		}
 		pids = append(pids, c)
 	}

@@ -65,6 +65,7 @@ type upSite struct {
 	t          *testing.T
 	dir, addr  string
 	sock       string
+	bin        string // the path it was started from
 	p          *proc
 	mu         sync.Mutex
 	pids       []int // every supervisor pid it ran as
@@ -105,8 +106,12 @@ func startUpgradeSiteWith(t *testing.T, body, addr string, o opsOptions) *upSite
 	s.configBody = body + upgradeLimits + fmt.Sprintf("admin {\n  socket = %q\n}\n", s.sock)
 	writeOpsFile(t, s.dir, s.addr, "one\n", s.configBody)
 	if o.bin == "" {
-		o.bin = v1
+		// A path of its own: started as root, gatehouse upgrades only to
+		// the binary installed where it was started from.
+		o.bin = filepath.Join(s.dir, "gatehouse")
+		installAs(t, v1, o.bin)
 	}
+	s.bin = o.bin
 	o.args = []string{"-config", "gatehouse.hcl"}
 	s.p = startOps(t, s.dir, o)
 	s.p.waitServing(t, "/ok")
@@ -122,16 +127,16 @@ func (s *upSite) status() *adminapi.Status {
 	return ctlJSON(s.t, s.sock, "status").Status
 }
 
-// upgrade runs gatehousectl upgrade bin ("": no PATH, the default) and
-// checks that a new process of version want serves; it returns the old
-// pid.
+// upgrade installs bin ("": none) at the path the site was started from,
+// runs gatehousectl upgrade and checks that a new process of version want
+// serves; it returns the old pid.
 func (s *upSite) upgrade(bin, want string) int {
 	s.t.Helper()
 	old := s.status().PID
-	args := []string{"-socket", s.sock, "upgrade"}
 	if bin != "" {
-		args = append(args, bin)
+		installAs(s.t, bin, s.bin)
 	}
+	args := []string{"-socket", s.sock, "upgrade"}
 	r := ctl(s.t, nil, ctlBin(s.t), args...)
 	if r.code != 0 {
 		s.t.Fatalf("gatehousectl upgrade %s: exit %d: %s%s", bin, r.code, r.stdout, r.stderr)
@@ -558,16 +563,16 @@ func TestUpgradeFailureKeepsServing(t *testing.T) {
 	s := startUpgradeSite(t, "")
 	load := startLoad(s.addr, 4, 4)
 	pid := s.status().PID
-	bad := filepath.Join(s.dir, "exits")
-	if err := os.WriteFile(bad, []byte("#!/bin/sh\necho broken >&2\nexit 7\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := ctl(t, nil, ctlBin(t), "-socket", s.sock, "upgrade", bad)
+	// A binary that exits at start, installed where gatehouse was started
+	// from (the only path a root start upgrades to).
+	installAs(t, "/bin/false", s.bin)
+	r := ctl(t, nil, ctlBin(t), "-socket", s.sock, "upgrade")
 	if r.code == 0 || !strings.Contains(r.stderr, "exited before it was ready") {
 		t.Errorf("upgrade to a binary exiting at start: exit %d, %q", r.code, r.stderr)
 	}
+	installAs(t, s.v2, s.bin)
 	writeOpsFile(t, s.dir, s.addr, "one\n", s.configBody+"\nno_such_key = 1\n")
-	r = ctl(t, nil, ctlBin(t), "-socket", s.sock, "upgrade", s.v2)
+	r = ctl(t, nil, ctlBin(t), "-socket", s.sock, "upgrade")
 	if r.code == 0 || !strings.Contains(r.stderr, "no_such_key") {
 		t.Errorf("upgrade with a configuration error: exit %d, %q", r.code, r.stderr)
 	}
@@ -784,5 +789,85 @@ func TestUpgradeDefaultPath(t *testing.T) {
 	s.mu.Unlock()
 	if code, body := opsGet(t, s.addr, "/v"); code != 200 || body != "one\n" {
 		t.Errorf("GET /v after two upgrades: %d %q", code, body)
+	}
+}
+
+// TestUpgradeRootKeepsSeparation: a gatehouse started as root upgrades
+// through its root launcher, so the new one separates privileges as a fresh
+// start does: the supervisor as user with no capability, its spawner and
+// workers as worker_user, a launcher of its own as root. An upgrade to
+// another path is refused and the running version serves on.
+func TestUpgradeRootKeepsSeparation(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs a start as root")
+	}
+	s := startUpgradeSite(t, "user = \"nobody\"\nworker_user = \"65532:65532\"\n")
+	s.upgrade(s.v2, "up-two")
+	pid := s.status().PID
+	sup := procStatusFields(t, pid)
+	wantFields(t, "new supervisor", sup, map[string]string{"Uid": "65534 65534 65534 65534", "CapEff": "0000000000000000", "NoNewPrivs": "1"})
+	var spawners, launchers, workers int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		spawners, launchers, workers = 0, 0, 0
+		for _, c := range childPIDs(pid) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
+			uid := uidOf(procStatusFields(t, c))
+			switch {
+			case strings.Contains(string(cmdline), "\x00spawner"):
+				spawners++
+				if uid != "65532" {
+					t.Errorf("new spawner %d uid %s, want worker_user 65532", c, uid)
+				}
+				for _, w := range childPIDs(c) {
+					if wu := uidOf(procStatusFields(t, w)); wu != "65532" {
+						t.Errorf("new worker %d uid %s, want worker_user 65532", w, wu)
+					}
+					workers++
+				}
+			case strings.Contains(string(cmdline), "\x00upgrade-launcher"):
+				launchers++
+				if uid != "0" {
+					t.Errorf("new launcher %d uid %s, want root", c, uid)
+				}
+				// It holds its socket to the supervisor and nothing
+				// else of it: no listener, no hand-over socket.
+				fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", c))
+				for _, fd := range fds {
+					if target, _ := os.Readlink(fd); strings.HasPrefix(target, "socket:") && filepath.Base(fd) != "3" {
+						t.Errorf("new launcher %d holds %s: %s", c, fd, target)
+					}
+				}
+			default:
+				t.Errorf("new supervisor's child %d (uid %s, %q): neither spawner nor launcher", c, uid, cmdline)
+			}
+		}
+		if workers >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := s.status(); st.Privileges.LauncherPID == 0 || st.Privileges.SpawnerPID == 0 {
+		t.Errorf("status after the upgrade: launcher pid %d, spawner pid %d", st.Privileges.LauncherPID, st.Privileges.SpawnerPID)
+	}
+	if spawners != 1 || launchers != 1 || workers < 2 {
+		t.Errorf("new supervisor's children: %d spawners, %d launchers, %d workers; want 1, 1, 2", spawners, launchers, workers)
+	}
+	r := ctl(t, nil, ctlBin(t), "-socket", s.sock, "status")
+	for _, want := range []string{"up-two, pid", "euid 65534", "workers run as 65532:65532", "as root, starts only the binary"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("gatehousectl status after the upgrade lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// Another path is refused; the running version serves on.
+	r = ctl(t, nil, ctlBin(t), "-socket", s.sock, "upgrade", s.v1)
+	if r.code == 0 || !strings.Contains(r.stderr, "started as root") {
+		t.Errorf("upgrade to another path: exit %d, %q", r.code, r.stderr)
+	}
+	if st := s.status(); st.PID != pid || st.Version != "up-two" {
+		t.Errorf("after the refused upgrade: pid %d version %q, want %d up-two", st.PID, st.Version, pid)
+	}
+	if code, body := opsGet(t, s.addr, "/ok"); code != 200 || body != "ok\n" {
+		t.Errorf("GET /ok after the refused upgrade: %d %q", code, body)
 	}
 }

@@ -203,6 +203,9 @@ type Privileges struct {
 	NoNewPrivs   bool   `json:"no_new_privs"`
 	// SpawnerPID is the process that starts workers (0: the supervisor).
 	SpawnerPID int `json:"spawner_pid"`
+	// LauncherPID is the root process that starts an upgrade's binary
+	// (0: none, gatehouse was not started as root).
+	LauncherPID int `json:"launcher_pid,omitempty"`
 	// Separation says what keeps workers from signalling or tracing the
 	// supervisor: distinct accounts, or namespaces only.
 	Separation string `json:"separation"`

@@ -36,6 +36,31 @@ type Start struct {
 	// Timeout bounds the wait for the new supervisor's Ready.
 	Timeout time.Duration
 	Log     hclog.Logger
+	// Launch, when set, starts the new binary in place of Begin's own
+	// exec of Path (a root-started gatehouse's launcher): it is given the
+	// new process's end of the hand-over socket for its fd 3.
+	Launch func(handover *os.File) (Launched, error)
+}
+
+// Launched is a new binary's process as Begin watches it.
+type Launched struct {
+	// Exited yields how the process ended.
+	Exited <-chan error
+	Kill   func()
+}
+
+// execStart starts o.Path itself, with the hand-over socket as fd 3.
+func execStart(o Start, handover *os.File) (Launched, error) {
+	cmd := exec.Command(o.Path, o.Args...)
+	cmd.Env = o.Env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{handover}
+	if err := cmd.Start(); err != nil {
+		return Launched{}, fmt.Errorf("starting %s: %w", o.Path, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return Launched{Exited: exited, Kill: func() { cmd.Process.Kill() }}, nil
 }
 
 // Outbound is the old supervisor's end once the new one is ready: the loop
@@ -73,25 +98,25 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 		return nil, err
 	}
 	cf := os.NewFile(uintptr(child), "handover")
-	cmd := exec.Command(o.Path, o.Args...)
-	cmd.Env = o.Env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{cf}
-	err = cmd.Start()
+	start := o.Launch
+	if start == nil {
+		start = func(f *os.File) (Launched, error) { return execStart(o, f) }
+	}
+	p, err := start(cf)
 	cf.Close()
 	if err != nil {
 		unix.Close(parent)
-		return nil, fmt.Errorf("starting %s: %w", o.Path, err)
+		return nil, err
 	}
 	s := sock{fd: parent}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- <-p.Exited }()
 	fail := func(err error) (*Outbound, error) {
 		s.close()
 		select {
 		case <-exited:
 		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
+			p.Kill()
 			<-exited
 		}
 		return nil, err
@@ -109,7 +134,7 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 		if how := waitBriefly(exited); how != nil {
 			return fail(fmt.Errorf("the new binary exited before it was ready: %v", how))
 		}
-		cmd.Process.Kill()
+		p.Kill()
 		return fail(fmt.Errorf("the new binary did not take the listeners: %w", err))
 	}
 	type reply struct {
@@ -134,7 +159,7 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 			return fail(errors.New(f.GetReason()))
 		}
 		if errors.Is(r.err, ErrFormat) {
-			cmd.Process.Kill()
+			p.Kill()
 			return fail(fmt.Errorf("the new binary speaks another hand-over format: %w", r.err))
 		}
 		// The socket ended without a word: the binary is not a gatehouse
@@ -142,16 +167,16 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 		if how := waitBriefly(exited); how != nil {
 			return fail(fmt.Errorf("the new binary exited before it was ready: %v", how))
 		}
-		cmd.Process.Kill()
+		p.Kill()
 		return fail(fmt.Errorf("the new binary did not answer on the hand-over socket: %v", r.err))
 	case err := <-exited:
 		exited <- err
 		return fail(fmt.Errorf("the new binary exited before it was ready: %v", exitText(err)))
 	case <-timer.C:
-		cmd.Process.Kill()
+		p.Kill()
 		return fail(fmt.Errorf("the new binary was not ready within %v; killed it", o.Timeout))
 	case <-ctx.Done():
-		cmd.Process.Kill()
+		p.Kill()
 		return fail(ctx.Err())
 	}
 }

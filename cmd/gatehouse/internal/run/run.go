@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/admin"
 	"github.com/gatehouse-dev/gatehouse/supervisor/handover"
+	"github.com/gatehouse-dev/gatehouse/supervisor/launcher"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
@@ -49,6 +50,9 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == spawner.Arg {
 		return spawner.Main()
+	}
+	if len(args) > 0 && args[0] == launcher.Arg {
+		return launcher.Main()
 	}
 	fs := flag.NewFlagSet("gatehouse", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -174,7 +178,14 @@ func serve(cfg *config.Config, path string, log hclog.Logger, out *logrelay.LogW
 		}
 		defer adm.Close()
 	}
-	sup, err := supervisor.New(cfg, supervisor.Options{Logger: log, LogOutput: out, ConfigPath: path, Inherited: inherited, HoldAccept: in != nil})
+	if err := svc.startLauncher(); err != nil {
+		return fail(ExitError, err)
+	}
+	launcherPID := 0
+	if svc.launcher != nil {
+		launcherPID = svc.launcher.PID()
+	}
+	sup, err := supervisor.New(cfg, supervisor.Options{LauncherPID: launcherPID, Logger: log, LogOutput: out, ConfigPath: path, Inherited: inherited, HoldAccept: in != nil})
 	if err != nil {
 		switch {
 		case errors.Is(err, supervisor.ErrBind):
@@ -283,7 +294,10 @@ type service struct {
 	// default (exe as it was resolved at start).
 	exe, config string
 	adm         *admin.Server // nil without an admin socket
-	upgradeMu   sync.Mutex    // one upgrade at a time
+	// launcher starts an upgrade's binary as root; nil unless gatehouse
+	// was started as root.
+	launcher  *launcher.Client
+	upgradeMu sync.Mutex // one upgrade at a time
 	// handedOver is set once a new supervisor took over: this one only
 	// finishes what cannot move, then exits.
 	handedOver atomic.Bool

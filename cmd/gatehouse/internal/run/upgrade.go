@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/version"
 	"github.com/gatehouse-dev/gatehouse/supervisor"
 	"github.com/gatehouse-dev/gatehouse/supervisor/handover"
+	"github.com/gatehouse-dev/gatehouse/supervisor/launcher"
+	"github.com/gatehouse-dev/gatehouse/supervisor/sockets"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +40,11 @@ func (s *service) upgrade(ctx context.Context, path string) (string, error) {
 	}
 	if path == "" {
 		path = s.exe
+	}
+	if s.launcher != nil && filepath.Clean(path) != s.exe {
+		err := fmt.Errorf("gatehouse was started as root: it upgrades only to the binary at the path it was started from, %s, which its root launcher runs; install the new binary there and run gatehousectl upgrade without a PATH", s.exe)
+		s.log.Error("upgrade refused", "binary", path, "error", err)
+		return "", err
 	}
 	msg, err := s.startNew(ctx, path)
 	if err != nil {
@@ -79,8 +87,18 @@ func (s *service) startNew(ctx context.Context, path string) (string, error) {
 	}
 	s.log.Info("upgrading", "binary", path, "config", s.config)
 	s.sup.UpgradeStarting(path)
-	out, err := handover.Begin(ctx, handover.Start{Path: path, Args: args, Env: s.upgradeEnv(), Listeners: ls, AdminFD: adminFD,
-		Version: version.Version, Timeout: upgradeReadyTimeout, Log: s.log.Named("handover")})
+	start := handover.Start{Path: path, Args: args, Env: s.upgradeEnv(), Listeners: ls, AdminFD: adminFD,
+		Version: version.Version, Timeout: upgradeReadyTimeout, Log: s.log.Named("handover")}
+	if s.launcher != nil {
+		// Started as root: the launcher runs the binary as root, with the
+		// arguments and environment it recorded at start, so that the new
+		// gatehouse drops privileges as a fresh start does.
+		start.Launch = func(f *os.File) (handover.Launched, error) {
+			_, exited, err := s.launcher.Launch(f)
+			return handover.Launched{Exited: exited, Kill: s.launcher.Kill}, err
+		}
+	}
+	out, err := handover.Begin(ctx, start)
 	if err != nil {
 		return "", err
 	}
@@ -96,6 +114,27 @@ func (s *service) startNew(ctx context.Context, path string) (string, error) {
 	s.sup.HandOver(out)
 	return fmt.Sprintf("upgraded: gatehouse %s (pid %d) serves now; gatehouse %s (pid %d) hands over its connections and exits, at the latest upgrade_grace from now",
 		out.Version, out.PID, version.Version, os.Getpid()), nil
+}
+
+// startLauncher starts the upgrade launcher of a gatehouse started as root
+// (before the supervisor drops it), with the binary path, configuration
+// path and environment a fresh start has.
+func (s *service) startLauncher() error {
+	if !launcher.Supported || os.Geteuid() != 0 || s.exe == "" {
+		return nil
+	}
+	// Nothing inherited (socket-activated listeners, the hand-over
+	// socket) may reach the launcher or what it starts.
+	if err := sockets.CloseOnExecInherited(); err != nil {
+		return err
+	}
+	l, err := launcher.Start(launcher.Options{Self: "/proc/self/exe", Exe: s.exe, Config: s.config, Env: s.upgradeEnv()})
+	if err != nil {
+		return err
+	}
+	s.launcher = l
+	s.log.Info("upgrade launcher started", "pid", l.PID(), "binary", s.exe)
+	return nil
 }
 
 // upgradeEnv is the new binary's environment: this one's, without what the

@@ -63,9 +63,10 @@ Commands:
                     idle connection, give requests in flight shutdown_grace
                     (default 10s) to finish, cut the rest, exit 0
   upgrade [PATH]    start the binary at PATH (default: the one gatehouse was
-                    started from) with the configuration read afresh, and hand
-                    it every listener and connection; exits non-zero, and the
-                    running version keeps serving, when the new one fails
+                    started from; started as root, gatehouse refuses any other)
+                    with the configuration read afresh, and hand it every
+                    listener and connection; exits non-zero, and the running
+                    version keeps serving, when the new one fails
   log-level LEVEL   trace, debug, info, warn or error
 
 Flags may come before or after the command.
@@ -257,6 +258,9 @@ func printStatus(w io.Writer, s *adminapi.Status) error {
 		p.EUID, p.EGID, safe(caps), safe(p.CapEff), safe(p.CapBnd), p.NoNewPrivs)
 	if p.Separation != "" {
 		fmt.Fprintf(tw, "workers\t%s\n", safe(p.Separation))
+	}
+	if p.LauncherPID != 0 {
+		fmt.Fprintf(tw, "launcher\tpid %d as root, starts only the binary at the path gatehouse was started from on an upgrade\n", p.LauncherPID)
 	}
 	mode := "normal"
 	if s.Stress {
