@@ -292,6 +292,12 @@ func (cs *connServer) serve() (proto.Disposition, []byte, uint32) {
 				return proto.Disposition_CLOSE, nil, cs.requests
 			}
 			held = 0
+			// Empty lines alone start no head: carried back, they would
+			// start the supervisor's head deadlines.
+			cs.skipEmptyLines()
+			if cs.pending() == 0 {
+				return proto.Disposition_KEEP_ALIVE, nil, cs.requests
+			}
 		}
 		// The next request goes through the dispatcher's rule too: the
 		// worker never waits for the rest of a head; the supervisor does.
