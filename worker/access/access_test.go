@@ -101,6 +101,11 @@ func TestBasicAuthTables(t *testing.T) {
 	if rec, ok := try(b, "192.0.2.1", "alice", "s3cret:x"); ok || rec.Code != http.StatusTooManyRequests || len(b.verified) != 0 {
 		t.Errorf("client over its class at a fresh worker: admitted %v, %d, %d verified", ok, rec.Code, len(b.verified))
 	}
+	// Credentials another client verified here tell a client over its
+	// class nothing.
+	if rec, ok := try(a, "192.0.2.3", "alice", "s3cret:x"); ok || rec.Code != http.StatusTooManyRequests {
+		t.Errorf("client over its class with credentials another verified here: admitted %v, %d", ok, rec.Code)
+	}
 	refuse = false
 	if _, ok := try(a, "192.0.2.2", "alice", "s3cret:x"); !ok {
 		t.Error("another client was throttled")

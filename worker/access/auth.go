@@ -42,7 +42,7 @@ type BasicAuth struct {
 	failClass string // the rate limit class a failure is charged to, or ""
 
 	mu sync.Mutex
-	// verified holds SHA-256(name, password, hash) of credentials that
+	// verified holds SHA-256(client, name, password, hash) of credentials that
 	// verified; throttled holds, per client, when its fail_class bucket
 	// has a token again.
 	verified  map[[32]byte]struct{}
@@ -67,13 +67,15 @@ func NewBasicAuth(cfg *config.BasicAuth) *BasicAuth {
 	return a
 }
 
-// remembered reports whether name and password verified before.
-func (a *BasicAuth) remembered(name, password string) bool {
+// remembered reports whether name and password verified before for
+// client. Remembered per client: another client's entry would let one over
+// its class learn, without a check, that its guess is right.
+func (a *BasicAuth) remembered(client netip.Addr, name, password string) bool {
 	hash, known := a.users[name]
 	if !known {
 		return false
 	}
-	key := credentialKey(name, password, hash)
+	key := credentialKey(client, name, password, hash)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	_, ok := a.verified[key]
@@ -81,8 +83,8 @@ func (a *BasicAuth) remembered(name, password string) bool {
 }
 
 // verify runs bcrypt: it reports whether name and password match an
-// entry, and remembers them if they do.
-func (a *BasicAuth) verify(name, password string) bool {
+// entry, and remembers them for client if they do.
+func (a *BasicAuth) verify(client netip.Addr, name, password string) bool {
 	hash, known := a.users[name]
 	if !known {
 		hash = a.decoy
@@ -94,15 +96,16 @@ func (a *BasicAuth) verify(name, password string) bool {
 	if len(a.verified) >= maxVerifiedCredentials {
 		clear(a.verified)
 	}
-	a.verified[credentialKey(name, password, hash)] = struct{}{}
+	a.verified[credentialKey(client, name, password, hash)] = struct{}{}
 	a.mu.Unlock()
 	return true
 }
 
 // credentialKey is what verified remembers of a credential: a digest tied
-// to the entry's hash, so that a changed entry never matches.
-func credentialKey(name, password string, hash []byte) [32]byte {
+// to the client and the entry's hash, so that a changed entry never matches.
+func credentialKey(client netip.Addr, name, password string, hash []byte) [32]byte {
 	h := sha256.New()
+	h.Write(client.AsSlice())
 	h.Write([]byte(strconv.Itoa(len(name))))
 	h.Write([]byte{':'})
 	h.Write([]byte(name))
@@ -168,13 +171,13 @@ func (a *BasicAuth) Authorize(ctx context.Context, req *http.Request, client net
 		if d := a.throttledFor(client, time.Now()); d > 0 {
 			return tooManyAttempts(d)
 		}
-		if a.remembered(name, password) {
+		if a.remembered(client, name, password) {
 			return Refusal{}
 		}
 		if ref, refused := a.ask(ctx, client, charge, true); refused {
 			return ref
 		}
-		if a.verify(name, password) {
+		if a.verify(client, name, password) {
 			return Refusal{}
 		}
 		if ref, refused := a.ask(ctx, client, charge, false); refused {
