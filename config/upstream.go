@@ -34,9 +34,10 @@ type Upstream struct {
 	SendTimeout time.Duration
 	// MaxConnections caps the connections in use to it by all workers,
 	// 1..65535, default 64. Each worker holds at most its share
-	// (MaxConnections divided among the workers, rounded up); idle pooled
-	// connections are reclaimed when another worker needs the budget. Past
-	// both a request is refused at once (503).
+	// (WorkerShare); idle pooled connections are reclaimed when another
+	// worker needs the budget. A request that finds its worker's share in
+	// use waits for one of its connections (at most ConnectTimeout); past
+	// the whole budget a request is refused at once (503).
 	MaxConnections int
 	// MaxFails consecutive connect failures or timeouts take an address out
 	// of rotation for FailTimeout (1..100, default 1); after it one request
@@ -45,6 +46,14 @@ type Upstream struct {
 	FailTimeout time.Duration
 	// HealthCheck, when set, has the supervisor probe every address.
 	HealthCheck *HealthCheck
+}
+
+// WorkerShare is how many connections to u one of workers processes may
+// hold: MaxConnections divided among them, rounded up. The supervisor
+// refuses a dial past it, and the worker never asks for one.
+func (u *Upstream) WorkerShare(workers int) int {
+	n := max(1, workers)
+	return (u.MaxConnections + n - 1) / n
 }
 
 // HealthCheck is an upstream's `health_check` block: the supervisor sends

@@ -16,10 +16,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// proxyIdlePerWorker bounds the idle upstream connections a worker keeps
-// per upstream.
-const proxyIdlePerWorker = 8
-
 // maxProxyTries bounds the attempts one request makes over an upstream's
 // addresses.
 const maxProxyTries = 4

@@ -91,7 +91,7 @@ func newRouter(w *Worker, cfg *config.Config, roots map[string]*os.Root) (*route
 			if up == nil {
 				return nil, fmt.Errorf("route %q: no upstream %q", r.Prefix, r.Proxy.Upstream)
 			}
-			h = untypedStaysUntyped(w.newProxy(rt.upstreamPool(w, up), r.Proxy, r.Prefix, site.NewRequestRules(&r), pages))
+			h = untypedStaysUntyped(w.newProxy(rt.upstreamPool(w, up, cfg.Workers.Count), r.Proxy, r.Prefix, site.NewRequestRules(&r), pages))
 		case r.Metrics != nil:
 			h = w.newMetrics(r.Metrics)
 		case r.Redirect != nil:

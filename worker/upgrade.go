@@ -99,6 +99,11 @@ func (h *proxyHandler) serveUpgrade(rw http.ResponseWriter, r *http.Request, pro
 	out.Header.Set("Connection", "Upgrade")
 	out.Header.Set("Upgrade", protocol)
 
+	if err := h.pool.acquire(ctx); err != nil {
+		h.fail(rw, r, err)
+		return
+	}
+	defer h.pool.inUse.Add(-1)
 	c, err := h.pool.dial(ctx)
 	if err != nil {
 		h.fail(rw, r, err)

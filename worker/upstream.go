@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/proto"
 )
+
+// releaseWait bounds a dial's wait for the worker's own release to reach
+// the supervisor first (dial).
+const releaseWait = 100 * time.Millisecond
 
 // Errors of an upstream dial through the supervisor.
 var (
@@ -34,22 +40,37 @@ type upstreamPool struct {
 	w  *Worker
 	up *config.Upstream // immutable
 	tr *http.Transport
+	// share is the worker's share of the upstream's max_connections.
+	share int32
+	// inUse counts the requests and upgrades that hold or wait for one of
+	// the pool's connections; past share a request is refused at once.
+	inUse atomic.Int32
+	// held counts the connections the supervisor granted and the worker
+	// has not released; released wakes a dial waiting for it to drop.
+	held     atomic.Int32
+	released chan struct{}
 }
 
 // upstreamPool returns rt's pool for up, creating it once while rt is
-// built.
-func (rt *router) upstreamPool(w *Worker, up *config.Upstream) *upstreamPool {
+// built; workers is the configuration's worker count, which divides the
+// upstream's max_connections into shares.
+func (rt *router) upstreamPool(w *Worker, up *config.Upstream, workers int) *upstreamPool {
 	if p := rt.pools[up.Name]; p != nil {
 		return p
 	}
-	p := &upstreamPool{w: w, up: up}
+	share := up.WorkerShare(workers)
+	p := &upstreamPool{w: w, up: up, share: int32(share), released: make(chan struct{}, 1)}
 	p.tr = &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return p.dial(ctx) },
-		MaxIdleConns:        proxyIdlePerWorker,
-		MaxIdleConnsPerHost: proxyIdlePerWorker,
-		// No MaxConnsPerHost: the supervisor counts max_connections and
-		// refuses at once beyond it; a cap here would queue requests
-		// behind held connections.
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return p.dial(ctx) },
+		// The transport never dials past the worker's share, which the
+		// supervisor would refuse: without the cap it dialed whenever a
+		// connection was on its way back to the idle pool, and such a dial
+		// could beat the connection with a 503. A request waits for a
+		// connection only while fewer than share are in use (acquire), so
+		// one is always coming back.
+		MaxConnsPerHost:       share,
+		MaxIdleConns:          share,
+		MaxIdleConnsPerHost:   share,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: up.ResponseTimeout,
 		DisableCompression:    true,
@@ -65,15 +86,69 @@ func (rt *router) upstreamPool(w *Worker, up *config.Upstream) *upstreamPool {
 // in the supervisor's rotation) when it is idempotent, carries no body and
 // failed before any response byte (nginx's proxy_next_upstream error).
 func (p *upstreamPool) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := p.acquire(req.Context()); err != nil {
+		return nil, err
+	}
 	tries := min(maxProxyTries, len(p.up.Addresses))
 	for try := 1; ; try++ {
 		res, err := p.tr.RoundTrip(req)
-		if err == nil || try >= tries || !retryable(req, err) {
-			return res, err
+		if err == nil {
+			res.Body = p.tracked(res.Body)
+			return res, nil
+		}
+		if try >= tries || !retryable(req, err) {
+			p.inUse.Add(-1)
+			return nil, err
 		}
 		p.w.log.Debug("retrying on the next upstream connection", "upstream", p.up.Name, "try", try, "error", err)
 	}
 }
+
+// acquire counts a request (or an upgrade) in use until its release.
+// Past the worker's share the supervisor has the last word, as for any
+// dial: it refuses (and counts the refusal), or grants a connection, which
+// means one is free after all (a finished response whose body is not closed
+// yet); that one is given back and the request goes on.
+func (p *upstreamPool) acquire(ctx context.Context) error {
+	if p.inUse.Add(1) <= p.share {
+		return nil
+	}
+	c, err := p.dial(ctx)
+	if err != nil {
+		p.inUse.Add(-1)
+		return err
+	}
+	c.Close()
+	return nil
+}
+
+// tracked returns body, which counts its request in use until closed. An
+// upgraded response's body is the connection, and stays writable.
+func (p *upstreamPool) tracked(body io.ReadCloser) io.ReadCloser {
+	if w, ok := body.(io.Writer); ok {
+		return &trackedConn{trackedBody: trackedBody{ReadCloser: body, p: p}, w: w}
+	}
+	return &trackedBody{ReadCloser: body, p: p}
+}
+
+type trackedBody struct {
+	io.ReadCloser
+	p    *upstreamPool
+	once sync.Once
+}
+
+func (b *trackedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { b.p.inUse.Add(-1) })
+	return err
+}
+
+type trackedConn struct {
+	trackedBody
+	w io.Writer
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // retryable reports whether a failed round trip may be sent again: nothing
 // of the request body can have been consumed, the method is idempotent, and
@@ -115,8 +190,25 @@ func (w *Worker) reclaim(name string) {
 	w.ch.Send(&proto.Frame{Body: &proto.Frame_Reclaimed{Reclaimed: &proto.Reclaimed{Upstream: name}}}, -1)
 }
 
-// dial asks the supervisor for a connection to the upstream.
+// dial asks the supervisor for a connection to the upstream. The
+// transport may dial as soon as it has closed a connection, before that
+// connection's release is sent: with the share held, the dial waits (at
+// most releaseWait) for the release to go first, or the supervisor would
+// refuse it.
 func (p *upstreamPool) dial(ctx context.Context) (net.Conn, error) {
+	if p.held.Load() >= p.share {
+		t := time.NewTimer(releaseWait)
+		for p.held.Load() >= p.share {
+			select {
+			case <-p.released:
+				continue
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			break
+		}
+		t.Stop()
+	}
 	name := p.up.Name
 	r, err := p.w.calls.call(ctx, &proto.Frame{Body: &proto.Frame_Dial{Dial: &proto.Dial{Upstream: name}}}, func(r reply) {
 		closeFD(r.fd)
@@ -147,12 +239,24 @@ func (p *upstreamPool) dial(ctx context.Context) (net.Conn, error) {
 		p.release(id)
 		return nil, err
 	}
-	return &upstreamConn{Conn: c, read: p.up.ReadTimeout, send: p.up.SendTimeout, release: func() { p.release(id) }}, nil
+	p.held.Add(1)
+	return &upstreamConn{Conn: c, read: p.up.ReadTimeout, send: p.up.SendTimeout, release: func() { p.give(id) }}, nil
 }
 
 // release tells the supervisor an upstream connection was closed.
 func (p *upstreamPool) release(id uint64) {
 	p.w.ch.Send(&proto.Frame{Body: &proto.Frame_UpstreamRelease{UpstreamRelease: &proto.UpstreamRelease{Upstream: p.up.Name, Conn: id}}}, -1)
+}
+
+// give releases a connection the worker held, then wakes a dial waiting
+// for it, whose Dial is thus sent after the release.
+func (p *upstreamPool) give(id uint64) {
+	p.release(id)
+	p.held.Add(-1)
+	select {
+	case p.released <- struct{}{}:
+	default:
+	}
 }
 
 // upstreamConn is one upstream connection: every read waits at most

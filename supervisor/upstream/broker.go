@@ -184,8 +184,7 @@ func (b *Broker) holding(w Worker) *holding {
 
 // share is how many connections to u one worker may hold.
 func (b *Broker) share(u *upstreamState) int {
-	n := max(1, b.workerCount)
-	return (u.cfg.MaxConnections + n - 1) / n
+	return u.cfg.WorkerShare(b.workerCount)
 }
 
 // Dial starts a connection to a configured upstream (Known) on w's behalf,
