@@ -104,6 +104,14 @@ func (d *dispatcher) flushOut(w *workerProc) {
 			}
 			return
 		}
+		if err == ipc.ErrClosed {
+			// As on the receiving side: a draining worker closes its
+			// channel as it exits, and is reaped as exited, not killed
+			// on its way out (a frame of the shutdown, a ping, finding
+			// the channel closed).
+			d.workerGone(w, "closed its channel", w.state != workerDraining)
+			return
+		}
 		if err != nil {
 			d.workerGone(w, fmt.Sprintf("sending to worker: %v", err), true)
 			return
