@@ -574,7 +574,9 @@ def summary(rows):
                    "main_cpu_s": m([r.get("server_main_cpu_s") for r in rs]),
                    "children_cpu_s": m([r.get("server_children_cpu_s") for r in rs]),
                    "rounds": len(rs), "errors": sum(1 for r in rs if r.get("non2xx") or r.get("socket_errors")
-                                                    or r.get("failed"))}
+                                                    or r.get("failed")),
+                   "non2xx": sum(r.get("non2xx") or 0 for r in rs),
+                   "failed": sum((r.get("failed") or 0) + (r.get("socket_errors") or 0) for r in rs)}
             k[s] = row
         for s in servers:
             if not s.startswith("gatehouse"):
@@ -641,6 +643,13 @@ def markdown(sm):
     lines.append("")
     lines.append("Stall check (a gatehouse p99 of 40 ms or more where net/http's is under 20 ms): %s." % (
         "; ".join(stalls) if stalls else "none"))
+    # A server that answers part of the load with 503 looks faster than one
+    # that serves it: every such answer is named.
+    bad = ["%s %s: %d non-2xx, %d failed" % (NAME[s], LABEL[kind], row["non2xx"], row["failed"])
+           for kind in MEASURES for s, row in (sm.get(kind) or {}).items()
+           if isinstance(row, dict) and (row.get("non2xx") or row.get("failed"))]
+    lines.append("")
+    lines.append("Answers other than 2xx, and failed requests, over every round: %s." % ("; ".join(bad) if bad else "none"))
     if any("access_log_on_over_off" in (sm.get(kind) or {}) for kind in MEASURES):
         lines.append("")
         lines.append("| access log, as shipped | on | off | on / off | CPU µs per request, on / off |")
