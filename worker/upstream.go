@@ -190,12 +190,16 @@ func (w *Worker) reclaim(name string) {
 	w.ch.Send(&proto.Frame{Body: &proto.Frame_Reclaimed{Reclaimed: &proto.Reclaimed{Upstream: name}}}, -1)
 }
 
-// dial asks the supervisor for a connection to the upstream. The
+// dial asks the supervisor for a connection to the upstream. With the
+// worker's share held, the connections idle in the pool give way first (an
+// upgrade dials outside the pool, so they may be all of it); and the
 // transport may dial as soon as it has closed a connection, before that
-// connection's release is sent: with the share held, the dial waits (at
-// most releaseWait) for the release to go first, or the supervisor would
-// refuse it.
+// connection's release is sent: the dial waits (at most releaseWait) for
+// the release to go first, or the supervisor would refuse it.
 func (p *upstreamPool) dial(ctx context.Context) (net.Conn, error) {
+	if p.held.Load() >= p.share {
+		p.tr.CloseIdleConnections()
+	}
 	if p.held.Load() >= p.share {
 		t := time.NewTimer(releaseWait)
 		for p.held.Load() >= p.share {

@@ -365,3 +365,96 @@ route "/api/" {
 		}
 	}
 }
+
+// An upgrade dials outside the worker's pool of upstream connections: when
+// the pool's idle connections hold the worker's whole share, they give way
+// to it instead of the upgrade being refused (every WebSocket of the
+// shipped defaults got 503 after a proxied burst filled the pools).
+func TestUpgradeAfterPoolFillsShare(t *testing.T) {
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	release := make(chan struct{})
+	var once sync.Once
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			c, brw, err := rw.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+				wsAccept(r.Header.Get("Sec-WebSocket-Key")))
+			brw.Flush()
+			for {
+				op, p, err := wsReadFrame(brw)
+				if err != nil || wsWriteFrame(c, op, p, false) != nil {
+					return
+				}
+			}
+		}
+		// The first two requests wait for each other, so the worker's
+		// pool opens two connections: its whole share.
+		if r.URL.Path == "/plain/pair" {
+			arrived.Done()
+			<-release
+		}
+		io.WriteString(rw, "plain\n")
+	})}
+	go app.Serve(l)
+	t.Cleanup(func() { once.Do(func() { close(release) }); app.Close() })
+	h := start(t, fmt.Sprintf(`
+workers {
+  count       = 1
+  concurrency = 4
+}
+upstream "app" {
+  addresses       = [%q]
+  max_connections = 2
+}
+route "/plain/" {
+  proxy {
+    upstream = "app"
+  }
+}
+route "/ws" {
+  proxy {
+    upstream = "app"
+    upgrade  = ["websocket"]
+  }
+}
+`, l.Addr().String()))
+	var wg sync.WaitGroup
+	for i := range 2 {
+		cl := newClient(t, fmt.Sprintf("127.0.2.%d", 10+i), h.addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, _, err := cl.get("/plain/pair"); err != nil || resp.StatusCode != 200 {
+				t.Errorf("GET /plain/pair: %v %v", resp, err)
+			}
+		}()
+	}
+	arrived.Wait()
+	once.Do(func() { close(release) })
+	wg.Wait()
+	held := h.snapshot().Upstreams[0].Held
+	if held != 2 {
+		t.Fatalf("the worker holds %d connections to the upstream after the pair, want its share, 2", held)
+	}
+	ws, status := wsDial(t, "127.0.2.20", h.addr, "/ws")
+	if status != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade with the pool holding the share: %d, want 101", status)
+	}
+	if err := ws.exchange(wsText, []byte("through")); err != nil {
+		t.Fatal(err)
+	}
+	// The pool dials again within what the upgrade left of the share.
+	cl := newClient(t, "127.0.2.30", h.addr)
+	if resp, body, err := cl.get("/plain/after"); err != nil || resp.StatusCode != 200 || body != "plain\n" {
+		t.Errorf("GET /plain/after beside the upgrade: %v %q %v", resp, body, err)
+	}
+}
