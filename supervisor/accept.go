@@ -18,22 +18,7 @@ const (
 	// acceptBatch bounds accepts per listener event so one busy listener
 	// cannot starve the rest of the loop.
 	acceptBatch = 64
-	// acceptPause is how long accepting stops when descriptors run out and
-	// no idle connection can be closed to make room.
-	acceptPause = 100 * time.Millisecond
 )
-
-// listener is one bound, non-blocking listening socket owned by the loop.
-type listener struct {
-	id      uint64 // stable across reloads; the poller token
-	name    string
-	fd      int
-	cfgAddr netip.AddrPort // the address the configuration asked for
-	addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
-	// deferred: connections arrive with their first bytes
-	// (TCP_DEFER_ACCEPT), so admit looks at them at once.
-	deferred bool
-}
 
 // openListeners makes the listening sockets of cfg in configuration order,
 // adopting those named in inherited (sockets.Open), and numbers them. Its

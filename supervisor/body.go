@@ -25,17 +25,6 @@ import (
 //
 // round.go draws the states and moves the counts.
 
-// bodyBudget is the dispatcher's state for bodies received outside the pool.
-// Owned by the loop.
-type bodyBudget struct {
-	bodyBytes int64 // charged to connections receiving a body
-	bodyConns int
-
-	bodiesBuffered uint64
-	bodyRefused    uint64
-	bodyNoSlot     uint64
-}
-
 // bodyState is what a connection in round state body or bodyWait holds
 // (round.go). The two states never hold it at once (leaveRound clears it),
 // so one word serves both, keeping the record small (TestConnRecordSize).

@@ -36,28 +36,6 @@ const (
 	stressMinFirstByte = 2 * time.Second
 )
 
-// headWatch is the dispatcher's state for incomplete heads and the admission
-// that cannot be locked. Owned by the loop.
-type headWatch struct {
-	headBytes int    // bytes held in incomplete heads
-	peekBuf   []byte // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
-
-	// Stress mode: on while admission has been under pressure (the queued
-	// cap, the descriptor reserve or the head budget nearly reached, or
-	// connections closed to make room) for stressAfter, off after calmAfter
-	// without it.
-	stress        bool
-	pressureSince time.Time // zero while there is no pressure
-	lastPressure  time.Time
-	evictedAt     time.Time // the last time a connection was closed to make room
-
-	timeoutHead       uint64
-	timeoutGap        uint64
-	incompleteEvicted uint64
-	stressEntered     uint64
-	headsBuffered     uint64
-}
-
 // firstByteTimeout is the live first-byte timeout, shrunk in stress mode.
 func (d *dispatcher) firstByteTimeout() time.Duration {
 	t := d.cfg.Limits.FirstByteTimeout

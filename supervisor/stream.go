@@ -19,18 +19,6 @@ import (
 //
 // round.go draws the states and moves the counts.
 
-// streamBudget is the dispatcher's state for stream-class requests and
-// upgraded connections. Owned by the loop.
-type streamBudget struct {
-	streamsOpen  int // stream-class requests outside the pool
-	upgradesOpen int // upgraded connections outside the pool
-
-	streamsStarted  uint64
-	upgradesStarted uint64
-	streamsRefused  uint64
-	upgradesRefused uint64
-}
-
 // streamStart takes c out of the pool and charges the stream budget, or
 // refuses when the budget (global or the client's) has no room.
 func (d *dispatcher) streamStart(w *workerProc, id uint64, c *conn, upgrade bool, now time.Time) {

@@ -48,17 +48,6 @@ func checkSign(d *dispatcher, w *workerProc, f *proto.Frame, c *conn) string {
 	return c.grant.Check(f.GetSign(), c.id)
 }
 
-// signMsg is a finished signature, posted back to the loop, and the tag of
-// a signature in the signing pool: the worker and request it answers.
-type signMsg struct {
-	slot int
-	gen  uint64
-	id   uint64
-	rep  *proto.SignReply
-	// pooled: computed by the signing pool.
-	pooled bool
-}
-
 // newSignPool is the loop's signing pool, whose goroutines post each
 // signature back to the loop.
 func newSignPool(s *Supervisor) secrets.Pool[signMsg] {
@@ -200,16 +189,6 @@ func (d *dispatcher) tlsListener(name string) bool {
 // ticketRotation is how long a session ticket key encrypts new tickets; it
 // is accepted for as long again after.
 const ticketRotation = time.Hour
-
-// ticketKeys are the session ticket keys, the current one first, and when
-// the current one was made. Owned by the loop.
-type ticketKeys struct {
-	keys    [][]byte
-	rotated time.Time
-	// shared: the keys are the cluster store's (cluster.TicketKeys), which
-	// one instance rotates for all; this one does not rotate them.
-	shared bool
-}
 
 // rotateTickets makes a new session ticket key, keeps the previous one and
 // sends both to every worker. Without TLS listeners, or while the keys are
