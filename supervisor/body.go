@@ -23,23 +23,7 @@ import (
 // connection stays at its worker throughout (the worker holds the
 // descriptor); only its accounting moves.
 //
-// round.go draws the states and moves the counts.
-
-// bodyState is what a connection in round state body or bodyWait holds
-// (round.go). The two states never hold it at once (leaveRound clears it),
-// so one word serves both, keeping the record small (TestConnRecordSize).
-type bodyState struct {
-	charged int64  // bytes received, charged to the budget (body)
-	word    uint64 // declared in body, resume in bodyWait
-}
-
-// declared is the most a body in round state body may hold: BodyStart's
-// length.
-func (b *bodyState) declared() int64 { return int64(b.word) }
-
-// resume is the BodyDone request a connection in round state bodyWait
-// waits for a pool slot under.
-func (b *bodyState) resume() uint64 { return b.word }
+// roundState (conn.go) draws the states; round.go moves the counts.
 
 // checkBodyStart checks a BodyStart's fields; the frame table has checked
 // that the worker holds the connection in the pool. A body received outside

@@ -5,7 +5,6 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -36,34 +35,6 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 		return
 	}
 	d.dispatch(w, c, now)
-}
-
-// overShare reports whether cl holds its share of the pool (workers.share):
-// an untrusted client's connection waits then, in its client's queue, and
-// a complete body waits for its slot.
-func (d *dispatcher) overShare(cl *client) bool { return !cl.trusted && cl.out >= d.share }
-
-// pickWorker returns the ready worker with the most free slots, or nil. A
-// new TLS connection (newTLS) goes to one that can hold its state under
-// workers.tls_max_idle_sessions, if any can: a worker over that cap closes
-// its oldest idle TLS connection, which must not happen while another
-// worker has room.
-func (d *dispatcher) pickWorker(newTLS bool) *workerProc {
-	if d.stopping || d.out >= d.pool {
-		return nil
-	}
-	var best *workerProc
-	bestRoom := false
-	for _, w := range d.workers {
-		if w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
-			continue
-		}
-		room := newTLS && w.tls < w.spec.cfg.Workers.TLSMaxIdleSessions
-		if best == nil || room && !bestRoom || room == bestRoom && w.active < best.active {
-			best, bestRoom = w, room
-		}
-	}
-	return best
 }
 
 // dispatch sends c to w. Admission is counted here, explicitly, never
@@ -118,20 +89,6 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn, now time.Time) {
 		d.c.closingDispatches++
 	}
 	d.sendEncoded(w, b, fd, owned)
-}
-
-// release gives back what a connection held at its worker: its round
-// state's slot or budget, and a BodyDone's wait (refused).
-func (d *dispatcher) release(c *conn) {
-	if c.tls {
-		c.worker.tls--
-	}
-	d.leaveRound(c, false)
-	c.worker = nil
-	c.grant = secrets.Grant{}
-	if len(d.rateKeys) > 0 {
-		delete(d.rateKeys, c.id)
-	}
 }
 
 // pump dispatches waiting connections after slots were released: first the

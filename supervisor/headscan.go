@@ -6,7 +6,6 @@ import (
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/supervisor/view"
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,9 +19,6 @@ import (
 // worker as carried bytes, so each later wake-up reads only the new bytes.
 
 const (
-	// headBudget bounds the bytes held in incomplete heads; over it the
-	// heaviest client's oldest incomplete connection is closed.
-	headBudget = 64 << 20
 	// stressDivisor shrinks the first-byte and head timeouts in stress mode
 	// (postscreen's stress mode).
 	stressDivisor = 5
@@ -128,37 +124,6 @@ func emptyLines(b []byte) bool {
 	return true
 }
 
-// startHead parks c in state head holding in, the first bytes of its next
-// request. The caller arms c or dispatches it.
-func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
-	c.hd = &headState{buf: in}
-	d.setState(c, stateHead, now)
-}
-
-// growHead appends in to c's head, keeping headBytes in step.
-func (d *dispatcher) growHead(c *conn, in []byte) {
-	d.headBytes -= cap(c.hd.buf)
-	c.hd.buf = append(c.hd.buf, in...)
-	d.headBytes += cap(c.hd.buf)
-}
-
-// dropHead forgets c's incomplete head, if any, and returns its bytes.
-func (d *dispatcher) dropHead(c *conn) []byte {
-	var h []byte
-	if c.hd != nil {
-		h = c.hd.buf
-		d.headBytes -= cap(h)
-		c.hd = nil
-	}
-	if c.qlist == listHeadTimers {
-		d.lists[listHeadTimers].remove(c)
-	}
-	if c.tlist == listGapTimers {
-		d.lists[listGapTimers].remove(c)
-	}
-	return h
-}
-
 // headDecided scans c's held head and dispatches c with it as carried bytes
 // when it is decided. It reports whether it did.
 func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
@@ -191,43 +156,6 @@ func (d *dispatcher) timeout408(c *conn, now time.Time) {
 	sysio.Send(c.fd, d.canned.RequestTimeout.At(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
-}
-
-// evictIncomplete makes room (docs/DESIGN.md §2.2): it closes the oldest
-// connection that has not completed a head of the client key holding the
-// most of them. The newcomer is likelier legitimate than a connection that
-// has been dribbling for seconds. It reports whether it closed one.
-func (d *dispatcher) evictIncomplete(why string) bool {
-	var heaviest *client
-	for _, cl := range d.clients {
-		if cl.incomplete.n == 0 || heaviest != nil && cl.incomplete.n < heaviest.incomplete.n {
-			continue
-		}
-		// Between clients holding as many, the one whose oldest
-		// incomplete connection has waited longest.
-		if heaviest == nil || cl.incomplete.n > heaviest.incomplete.n ||
-			incompleteSince(cl.incomplete.first()).Before(incompleteSince(heaviest.incomplete.first())) {
-			heaviest = cl
-		}
-	}
-	if heaviest == nil {
-		return false
-	}
-	c := heaviest.incomplete.first()
-	d.incompleteEvicted++
-	d.evictedAt = d.s.now()
-	d.logLimited(hclog.Debug, "evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
-	d.closeConn(c)
-	return true
-}
-
-// incompleteSince is when c started waiting for its head: its first byte in
-// state head, else its accept.
-func incompleteSince(c *conn) time.Time {
-	if c.hd != nil {
-		return c.hd.firstByte
-	}
-	return c.accepted.time()
 }
 
 // underPressure reports whether admission is close to a bound: incomplete
@@ -265,29 +193,6 @@ func (d *dispatcher) updateStress(now time.Time) {
 		d.log.Info("admission pressure over: stress mode off",
 			"first_byte_timeout", d.firstByteTimeout(), "head_timeout", d.headTimeout())
 	}
-}
-
-// input peeks at (peek) or reads up to len(buf) bytes of c's input. It
-// returns 0 when this wake-up is over: nothing there yet (c is re-armed), or
-// the peer closed or reset the connection (c is closed and counted).
-func (d *dispatcher) input(c *conn, buf []byte, peek bool) int {
-	var n int
-	var err error
-	if peek {
-		n, err = sysio.Recv(c.fd, buf, unix.MSG_PEEK)
-	} else {
-		n, err = sysio.Recv(c.fd, buf, 0)
-	}
-	switch {
-	case err == unix.EAGAIN || err == unix.EINTR:
-		d.arm(c)
-		return 0
-	case err != nil || n == 0:
-		d.c.peerClosed++
-		d.closeConn(c)
-		return 0
-	}
-	return n
 }
 
 // headSnapshot adds the state of incomplete heads and admission to s.

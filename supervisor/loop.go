@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,7 +60,7 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		},
 	}
 	d.signPool = newSignPool(s)
-	d.initLists()
+	d.initLists(&d.conns)
 	d.peekBuf = make([]byte, headend.MaxHead)
 	d.canned = canned.NewReplies()
 	var rl unix.Rlimit
@@ -456,4 +457,33 @@ func (d *dispatcher) summarize(now time.Time, final bool) {
 		d.log.Log(level, "client events", args...)
 	}
 	d.summary = clientSummary{since: now, last: cur}
+}
+
+// connEvent handles readiness of a parked or lingering connection. The
+// registration is one-shot, so it stays quiet until re-armed.
+func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
+	switch c.state {
+	case stateLinger:
+		d.discard(c)
+		return
+	case stateProxy:
+		d.readProxy(c, now)
+		return
+	case stateFresh, stateIdle, stateHead:
+	default:
+		return
+	}
+	if ev.HangUp {
+		// The peer closed or reset. If nothing is left to read, close here
+		// rather than spend a worker round on it.
+		var b [1]byte
+		n, err := sysio.Recv(c.fd, b[:], unix.MSG_PEEK)
+		if n <= 0 && err != unix.EAGAIN {
+			d.c.peerClosed++
+			d.logLimited(hclog.Debug, "peer-closed", "client closed a connection before a request")
+			d.closeConn(c)
+			return
+		}
+	}
+	d.readHead(c, now)
 }

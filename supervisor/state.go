@@ -102,17 +102,6 @@ type connTable struct {
 	idle   int // parked keep-alive connections
 }
 
-// timers owns the dispatcher's connection lists, indexed by list id
-// (list.go): the per-state deadline lists, each a FIFO sorted by deadline
-// since each timeout is uniform for its state, and the wait queues.
-// setState (conn.go) and setRound (round.go) move connections between them.
-type timers struct {
-	lists [numDispatcherLists]connList
-	// badMoves counts state changes setState does not permit (zero unless
-	// the dispatcher is wrong; the tests' invariants check it).
-	badMoves uint64
-}
-
 // workerSet owns the worker slots (each slot's process, channel and send
 // queue), the spec new workers are started with, and the dispatch bounds
 // derived from the configuration.
@@ -288,19 +277,6 @@ type upgradeState struct {
 	failed    uint64
 	lastError string
 }
-
-// Poller tokens: the kind in the top byte, an id below. Connection ids are
-// never reused, so an event for a connection closed earlier in the same batch
-// finds no record and is dropped.
-const (
-	kindListener = 2
-	kindWorker   = 3
-	kindConn     = 4
-	kindShift    = 56
-	idMask       = 1<<kindShift - 1
-)
-
-func token(kind int, id uint64) uint64 { return uint64(kind)<<kindShift | id&idMask }
 
 func (d *dispatcher) add(fd, kind int, id uint64, in poll.Interest) error {
 	return d.p.Add(fd, token(kind, id), in)

@@ -17,7 +17,7 @@ import (
 // the worker is refused and answers 503 at once. The connection stays at its
 // worker throughout; only its accounting moves.
 //
-// round.go draws the states and moves the counts.
+// roundState (conn.go) draws the states; round.go moves the counts.
 
 // streamStart takes c out of the pool and charges the stream budget, or
 // refuses when the budget (global or the client's) has no room.

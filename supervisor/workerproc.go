@@ -131,3 +131,16 @@ type outFrame struct {
 	fd       int
 	owned    bool // fd is closed once sent
 }
+
+// Poller tokens: the kind in the top byte, an id below. Connection ids are
+// never reused, so an event for a connection closed earlier in the same batch
+// finds no record and is dropped.
+const (
+	kindListener = 2
+	kindWorker   = 3
+	kindConn     = 4
+	kindShift    = 56
+	idMask       = 1<<kindShift - 1
+)
+
+func token(kind int, id uint64) uint64 { return uint64(kind)<<kindShift | id&idMask }
