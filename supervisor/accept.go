@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -181,3 +182,32 @@ func (d *dispatcher) trusted(a netip.Addr) bool {
 	}
 	return false
 }
+
+// proxyListener reports whether the listener named name reads PROXY headers
+// in the live configuration.
+func (d *dispatcher) proxyListener(name string) bool {
+	for _, l := range d.cfg.Listeners {
+		if l.Name == name {
+			return l.ProxyProtocol
+		}
+	}
+	return false
+}
+
+// tlsListener reports whether the listener named name terminates TLS.
+func (d *dispatcher) tlsListener(name string) bool {
+	for _, l := range d.cfg.Listeners {
+		if l.Name == name {
+			return l.TLS != nil
+		}
+	}
+	return false
+}
+
+// acceptHeld reports whether the listeners stay unarmed: during a
+// hand-over, on either side.
+func (d *dispatcher) acceptHeld() bool { return d.upgrade.holdAccept || d.upgrade.out != nil }
+
+// ErrBind marks a failure to bind a listener; cmd/gatehouse maps it to its own
+// exit code.
+var ErrBind = errors.New("supervisor: binding listeners")

@@ -94,29 +94,6 @@ func (d *dispatcher) bodyDone(id uint64, c *conn, now time.Time) {
 	d.grantBody(c)
 }
 
-// grantBody gives c, whose body is complete, a pool slot at its worker when
-// the share and the pool allow, and tells the worker. The worker's own
-// concurrency is not checked: the connection is already there.
-func (d *dispatcher) grantBody(c *conn) bool {
-	cl := c.client
-	if d.out >= d.pool || d.overShare(cl) {
-		return false
-	}
-	d.setRound(c, roundPool, 0)
-	return true
-}
-
-// pumpBodies grants slots to waiting complete bodies, oldest first among
-// those whose client is under its share. They go before new dispatches:
-// their requests are further along.
-func (d *dispatcher) pumpBodies() {
-	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
-		next := d.lists[listBodyWaiting].next(c)
-		d.grantBody(c)
-		c = next
-	}
-}
-
 // bodySnapshot adds the body budget's state to s.
 func (d *dispatcher) bodySnapshot(s *view.Snapshot) {
 	s.BodyBytes, s.BodyConns = d.bodyBytes, d.bodyConns

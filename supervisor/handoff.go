@@ -3,9 +3,13 @@ package supervisor
 import (
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
+	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // tryDispatch hands a readable connection to a worker under both bounds: the
@@ -207,4 +211,61 @@ func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) 
 			d.linger(c, now)
 		}
 	}
+}
+
+// grantBody gives c, whose body is complete, a pool slot at its worker when
+// the share and the pool allow, and tells the worker. The worker's own
+// concurrency is not checked: the connection is already there.
+func (d *dispatcher) grantBody(c *conn) bool {
+	cl := c.client
+	if d.out >= d.pool || d.overShare(cl) {
+		return false
+	}
+	d.setRound(c, roundPool, 0)
+	return true
+}
+
+// pumpBodies grants slots to waiting complete bodies, oldest first among
+// those whose client is under its share. They go before new dispatches:
+// their requests are further along.
+func (d *dispatcher) pumpBodies() {
+	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
+		next := d.lists[listBodyWaiting].next(c)
+		d.grantBody(c)
+		c = next
+	}
+}
+
+// nextRequest routes a connection whose worker returned carried input: to a
+// worker when the input holds a decided head, else to state head to wait for
+// the rest under the same rule as a new request.
+func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
+	if headend.Decided(carried) {
+		c.carried = append([]byte(nil), carried...)
+		d.tryDispatch(c, now)
+		return
+	}
+	d.startHead(c, carried, now)
+	d.arm(c)
+}
+
+// openHandshake chooses the certificate of the handshake of c, a new TLS
+// connection dispatched to w with m, from the ClientHello, peeked again
+// (the dispatcher saw the whole record in the socket, and nothing has read
+// it since), among the certificates w was started with. The worker presents
+// it (m.Certificate), and c may have one signature with its key until its
+// Done (secrets.Grant).
+func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
+	d.c.tlsHandshakes++
+	lc := w.keys.Listener(m.GetListenerName())
+	if lc == nil {
+		return
+	}
+	var h *clienthello.Hello
+	if n, err := sysio.Recv(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
+		h, _ = clienthello.Parse(d.peekBuf[:n])
+	}
+	i, g := lc.Choose(h)
+	m.Certificate = uint32(i)
+	c.grant = g
 }

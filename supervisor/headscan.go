@@ -137,19 +137,6 @@ func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
 	return true
 }
 
-// nextRequest routes a connection whose worker returned carried input: to a
-// worker when the input holds a decided head, else to state head to wait for
-// the rest under the same rule as a new request.
-func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
-	if headend.Decided(carried) {
-		c.carried = append([]byte(nil), carried...)
-		d.tryDispatch(c, now)
-		return
-	}
-	d.startHead(c, carried, now)
-	d.arm(c)
-}
-
 // timeout408 closes a connection whose head deadline or gap passed, with a
 // 408 written without blocking, as the canned 503 is.
 func (d *dispatcher) timeout408(c *conn, now time.Time) {

@@ -35,10 +35,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrBind marks a failure to bind a listener; cmd/gatehouse maps it to its own
-// exit code.
-var ErrBind = errors.New("supervisor: binding listeners")
-
 // ErrSandbox marks a sandbox that cannot be arranged in strict mode.
 var ErrSandbox = errors.New("supervisor: sandbox")
 

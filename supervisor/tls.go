@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
 	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
@@ -20,27 +19,6 @@ import (
 // handshake's one signature are supervisor/secrets'; the loop keeps each
 // connection's Grant, the frame table admits a Sign against it (checkSign)
 // and the loop answers it.
-
-// openHandshake chooses the certificate of the handshake of c, a new TLS
-// connection dispatched to w with m, from the ClientHello, peeked again
-// (the dispatcher saw the whole record in the socket, and nothing has read
-// it since), among the certificates w was started with. The worker presents
-// it (m.Certificate), and c may have one signature with its key until its
-// Done (secrets.Grant).
-func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
-	d.c.tlsHandshakes++
-	lc := w.keys.Listener(m.GetListenerName())
-	if lc == nil {
-		return
-	}
-	var h *clienthello.Hello
-	if n, err := sysio.Recv(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
-		h, _ = clienthello.Parse(d.peekBuf[:n])
-	}
-	i, g := lc.Choose(h)
-	m.Certificate = uint32(i)
-	c.grant = g
-}
 
 // checkSign checks a Sign for connection c, which the frame table found out
 // at w in the pool, against c's grant; it returns the violation, or "".
@@ -174,16 +152,6 @@ func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
 	sysio.Send(c.fd, d.canned.PlainToTLS.At(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
-}
-
-// tlsListener reports whether the listener named name terminates TLS.
-func (d *dispatcher) tlsListener(name string) bool {
-	for _, l := range d.cfg.Listeners {
-		if l.Name == name {
-			return l.TLS != nil
-		}
-	}
-	return false
 }
 
 // ticketRotation is how long a session ticket key encrypts new tickets; it

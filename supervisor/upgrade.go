@@ -123,10 +123,6 @@ func (d *dispatcher) releaseAccept() {
 	}
 }
 
-// acceptHeld reports whether the listeners stay unarmed: during a
-// hand-over, on either side.
-func (d *dispatcher) acceptHeld() bool { return d.upgrade.holdAccept || d.upgrade.out != nil }
-
 // beginHandOver stops accepting and sends the limits and every parked
 // connection that can move.
 func (d *dispatcher) beginHandOver(out *handover.Outbound, now time.Time) {
