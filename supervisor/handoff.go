@@ -3,13 +3,10 @@ package supervisor
 import (
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
-	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 )
 
 // tryDispatch hands a readable connection to a worker under both bounds: the
@@ -247,25 +244,4 @@ func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
 	}
 	d.startHead(c, carried, now)
 	d.arm(c)
-}
-
-// openHandshake chooses the certificate of the handshake of c, a new TLS
-// connection dispatched to w with m, from the ClientHello, peeked again
-// (the dispatcher saw the whole record in the socket, and nothing has read
-// it since), among the certificates w was started with. The worker presents
-// it (m.Certificate), and c may have one signature with its key until its
-// Done (secrets.Grant).
-func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
-	d.c.tlsHandshakes++
-	lc := w.keys.Listener(m.GetListenerName())
-	if lc == nil {
-		return
-	}
-	var h *clienthello.Hello
-	if n, err := sysio.Recv(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
-		h, _ = clienthello.Parse(d.peekBuf[:n])
-	}
-	i, g := lc.Choose(h)
-	m.Certificate = uint32(i)
-	c.grant = g
 }

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
@@ -17,6 +18,8 @@ import (
 // almost always does; a head that did not is read into a buffer of its own
 // (at most headend.MaxHead bytes, counted in headBytes) and travels to the
 // worker as carried bytes, so each later wake-up reads only the new bytes.
+// A connection of a TLS listener is looked at the same way, one TLS record
+// instead of a head (readTLS).
 
 const (
 	// stressDivisor shrinks the first-byte and head timeouts in stress mode
@@ -196,4 +199,67 @@ func (d *dispatcher) headSnapshot(s *view.Snapshot) {
 	for _, r := range refusedReasons {
 		s.Counters["refused_"+r] = d.c.refused[r]
 	}
+}
+
+// readTLS looks at a readable parked connection of a TLS listener: it is
+// dispatched once a complete record is buffered (the record header and
+// length are peeked, nothing more): a new connection's ClientHello, so the
+// handshake starts on a worker that never waits for it, or a kept-alive
+// connection's next record, to the worker holding its TLS state. Until then
+// the connection stays parked under its timer (first byte, keep-alive), and
+// SO_RCVLOWAT keeps it quiet until the record's last byte arrives.
+func (d *dispatcher) readTLS(c *conn, now time.Time) {
+	n := d.input(c, d.peekBuf[:recordMax+recordHeader], true)
+	if n == 0 {
+		return
+	}
+	b := d.peekBuf[:n]
+	switch {
+	case c.kept != nil && (b[0] < recordChangeCipherSpec || b[0] > recordApplicationData):
+		// Between requests any record may come, never anything else.
+		d.c.tlsNotTLS++
+		d.closeConn(c)
+		return
+	case c.kept == nil && b[0] != recordHandshake:
+		d.notTLS(c, b[0], now)
+		return
+	}
+	need := recordHeader
+	if n >= recordHeader {
+		length := int(binary.BigEndian.Uint16(b[3:5]))
+		if b[1] != 3 || length == 0 || length > recordMax {
+			d.c.tlsNotTLS++
+			d.closeConn(c)
+			return
+		}
+		need += length
+	}
+	if n < need {
+		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, need); err == nil {
+			c.flags |= flagLowat
+		}
+		d.arm(c)
+		return
+	}
+	if c.flags&flagLowat != 0 {
+		// The worker's poller must see every byte.
+		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
+		c.flags &^= flagLowat
+	}
+	d.tryDispatch(c, now)
+}
+
+// notTLS closes a connection to a TLS listener that does not start with a
+// handshake record: plain HTTP (a request line starts with a letter) gets a
+// plaintext 400 that says so first.
+func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
+	if !('A' <= first && first <= 'Z') {
+		d.c.tlsNotTLS++
+		d.closeConn(c)
+		return
+	}
+	d.c.tlsPlainHTTP++
+	sysio.Send(c.fd, d.canned.PlainToTLS.At(now))
+	unix.Shutdown(c.fd, unix.SHUT_WR)
+	d.linger(c, now)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
@@ -86,6 +87,15 @@ func newDispatcher(s *Supervisor) (*dispatcher, error) {
 		d.workers = append(d.workers, d.newWorker())
 	}
 	return d, nil
+}
+
+// newSignPool is the loop's signing pool, whose goroutines post each
+// signature back to the loop.
+func newSignPool(s *Supervisor) secrets.Pool[signMsg] {
+	return secrets.NewPool(func(m signMsg, rep *proto.SignReply) {
+		m.rep = rep
+		s.post(m)
+	})
 }
 
 // run is the loop. It locks its OS thread: waiting for readiness blocks it.
@@ -435,28 +445,6 @@ func countOpenFDs() int {
 		return 64
 	}
 	return len(ents)
-}
-
-func (d *dispatcher) routineCounts() eventCounts {
-	return eventCounts{
-		d.c.refused[refusedPerClient], d.c.refused[refusedQueued], d.incompleteEvicted, d.c.peerClosed,
-		d.c.outcomes[proto.Outcome_PEER_RESET], d.c.idleEvicted,
-		d.c.timeoutFirstByte, d.timeoutHead, d.timeoutGap, d.c.timeoutIdle,
-		d.c.rateLimited, d.c.timeoutNoWorker,
-	}
-}
-
-// summarize logs the period's events once it is summaryEvery long, or at
-// once when final (shutdown), and starts the next period.
-func (d *dispatcher) summarize(now time.Time, final bool) {
-	if !final && now.Sub(d.summary.since) < summaryEvery {
-		return
-	}
-	cur := d.routineCounts()
-	if level, args, ok := summaryLine(d.summary.last, cur, now.Sub(d.summary.since)); ok {
-		d.log.Log(level, "client events", args...)
-	}
-	d.summary = clientSummary{since: now, last: cur}
 }
 
 // connEvent handles readiness of a parked or lingering connection. The

@@ -2,9 +2,9 @@ package supervisor
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
 	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
@@ -20,19 +20,31 @@ import (
 // connection's Grant, the frame table admits a Sign against it (checkSign)
 // and the loop answers it.
 
+// openHandshake chooses the certificate of the handshake of c, a new TLS
+// connection dispatched to w with m, from the ClientHello, peeked again
+// (the dispatcher saw the whole record in the socket, and nothing has read
+// it since), among the certificates w was started with. The worker presents
+// it (m.Certificate), and c may have one signature with its key until its
+// Done (secrets.Grant).
+func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
+	d.c.tlsHandshakes++
+	lc := w.keys.Listener(m.GetListenerName())
+	if lc == nil {
+		return
+	}
+	var h *clienthello.Hello
+	if n, err := sysio.Recv(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
+		h, _ = clienthello.Parse(d.peekBuf[:n])
+	}
+	i, g := lc.Choose(h)
+	m.Certificate = uint32(i)
+	c.grant = g
+}
+
 // checkSign checks a Sign for connection c, which the frame table found out
 // at w in the pool, against c's grant; it returns the violation, or "".
 func checkSign(d *dispatcher, w *workerProc, f *proto.Frame, c *conn) string {
 	return c.grant.Check(f.GetSign(), c.id)
-}
-
-// newSignPool is the loop's signing pool, whose goroutines post each
-// signature back to the loop.
-func newSignPool(s *Supervisor) secrets.Pool[signMsg] {
-	return secrets.NewPool(func(m signMsg, rep *proto.SignReply) {
-		m.rep = rep
-		s.post(m)
-	})
 }
 
 // sign starts an admitted Sign for the handshake of c: its one signature
@@ -90,69 +102,6 @@ const (
 	recordChangeCipherSpec = 0x14
 	recordApplicationData  = 0x17
 )
-
-// readTLS looks at a readable parked connection of a TLS listener: it is
-// dispatched once a complete record is buffered (the record header and
-// length are peeked, nothing more): a new connection's ClientHello, so the
-// handshake starts on a worker that never waits for it, or a kept-alive
-// connection's next record, to the worker holding its TLS state. Until then
-// the connection stays parked under its timer (first byte, keep-alive), and
-// SO_RCVLOWAT keeps it quiet until the record's last byte arrives.
-func (d *dispatcher) readTLS(c *conn, now time.Time) {
-	n := d.input(c, d.peekBuf[:recordMax+recordHeader], true)
-	if n == 0 {
-		return
-	}
-	b := d.peekBuf[:n]
-	switch {
-	case c.kept != nil && (b[0] < recordChangeCipherSpec || b[0] > recordApplicationData):
-		// Between requests any record may come, never anything else.
-		d.c.tlsNotTLS++
-		d.closeConn(c)
-		return
-	case c.kept == nil && b[0] != recordHandshake:
-		d.notTLS(c, b[0], now)
-		return
-	}
-	need := recordHeader
-	if n >= recordHeader {
-		length := int(binary.BigEndian.Uint16(b[3:5]))
-		if b[1] != 3 || length == 0 || length > recordMax {
-			d.c.tlsNotTLS++
-			d.closeConn(c)
-			return
-		}
-		need += length
-	}
-	if n < need {
-		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, need); err == nil {
-			c.flags |= flagLowat
-		}
-		d.arm(c)
-		return
-	}
-	if c.flags&flagLowat != 0 {
-		// The worker's poller must see every byte.
-		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
-		c.flags &^= flagLowat
-	}
-	d.tryDispatch(c, now)
-}
-
-// notTLS closes a connection to a TLS listener that does not start with a
-// handshake record: plain HTTP (a request line starts with a letter) gets a
-// plaintext 400 that says so first.
-func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
-	if !('A' <= first && first <= 'Z') {
-		d.c.tlsNotTLS++
-		d.closeConn(c)
-		return
-	}
-	d.c.tlsPlainHTTP++
-	sysio.Send(c.fd, d.canned.PlainToTLS.At(now))
-	unix.Shutdown(c.fd, unix.SHUT_WR)
-	d.linger(c, now)
-}
 
 // ticketRotation is how long a session ticket key encrypts new tickets; it
 // is accepted for as long again after.

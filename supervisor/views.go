@@ -227,3 +227,25 @@ func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
 	}
 	return s
 }
+
+func (d *dispatcher) routineCounts() eventCounts {
+	return eventCounts{
+		d.c.refused[refusedPerClient], d.c.refused[refusedQueued], d.incompleteEvicted, d.c.peerClosed,
+		d.c.outcomes[proto.Outcome_PEER_RESET], d.c.idleEvicted,
+		d.c.timeoutFirstByte, d.timeoutHead, d.timeoutGap, d.c.timeoutIdle,
+		d.c.rateLimited, d.c.timeoutNoWorker,
+	}
+}
+
+// summarize logs the period's events once it is summaryEvery long, or at
+// once when final (shutdown), and starts the next period.
+func (d *dispatcher) summarize(now time.Time, final bool) {
+	if !final && now.Sub(d.summary.since) < summaryEvery {
+		return
+	}
+	cur := d.routineCounts()
+	if level, args, ok := summaryLine(d.summary.last, cur, now.Sub(d.summary.since)); ok {
+		d.log.Log(level, "client events", args...)
+	}
+	d.summary = clientSummary{since: now, last: cur}
+}
