@@ -15,6 +15,12 @@ const (
 	refusedQueued    = "queued"
 )
 
+// Refusal reasons of the PROXY protocol.
+const (
+	refusedProxyUntrusted = "proxy_untrusted"
+	refusedProxyMalformed = "proxy_malformed"
+)
+
 // refusedReasons are the reasons a connection is refused at accept, or closed
 // on reading its PROXY header, each exported as refused_<reason>.
 var refusedReasons = []string{refusedPerClient, refusedPenalty, refusedQueued, refusedProxyUntrusted, refusedProxyMalformed}
@@ -69,6 +75,12 @@ type counters struct {
 	rateStoreLocal    uint64
 }
 
+// deathCause is one series of gatehouse_worker_deaths_total.
+type deathCause struct {
+	reason string
+	signal syscall.Signal // 0 when it exited
+}
+
 // histogram counts observations per bucket of view.LatencyBuckets (not
 // cumulative), with one more bucket for +Inf.
 type histogram struct {
@@ -96,8 +108,8 @@ func (c *counters) observe(status uint32, micros uint64) {
 
 // Routine client behaviour — a refused connection, a client closing an idle
 // kept-alive connection, a reset, a timeout — is no reason for an operator to
-// look: it is logged at DEBUG, counted, and summarised here once a minute at
-// INFO, naming only what happened (docs/DESIGN.md §6.4). A connection that got
+// look: it is logged at DEBUG, counted, and summarised once a minute at INFO
+// (summarize, views.go), naming only what happened (docs/DESIGN.md §6.4). A connection that got
 // the canned 503 for lack of a worker raises the summary to WARN: the pool
 // is too small for the load.
 
@@ -136,15 +148,3 @@ func summaryLine(prev, cur eventCounts, period time.Duration) (hclog.Level, []an
 	}
 	return level, args, len(args) > 2
 }
-
-// deathCause is one series of gatehouse_worker_deaths_total.
-type deathCause struct {
-	reason string
-	signal syscall.Signal // 0 when it exited
-}
-
-// Refusal reasons of the PROXY protocol.
-const (
-	refusedProxyUntrusted = "proxy_untrusted"
-	refusedProxyMalformed = "proxy_malformed"
-)

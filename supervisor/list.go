@@ -114,6 +114,17 @@ func (l *connList) pop() *conn {
 	return c
 }
 
+// timers owns the dispatcher's connection lists, indexed by list id: the
+// per-state deadline lists, each a FIFO sorted by deadline
+// since each timeout is uniform for its state, and the wait queues.
+// setState (park.go) and setRound (round.go) move connections between them.
+type timers struct {
+	lists [numDispatcherLists]connList
+	// badMoves counts state changes setState does not permit (zero unless
+	// the dispatcher is wrong; the tests' invariants check it).
+	badMoves uint64
+}
+
 // initLists names the dispatcher's lists; a client's are named by newClient.
 func (t *timers) initLists(s *connSlab) {
 	for id := range t.lists {
@@ -154,15 +165,4 @@ func (t *timers) leaveIncomplete(c *conn) {
 	if c.ilist != listNone {
 		t.listOf(c, c.ilist).remove(c)
 	}
-}
-
-// timers owns the dispatcher's connection lists, indexed by list id: the
-// per-state deadline lists, each a FIFO sorted by deadline
-// since each timeout is uniform for its state, and the wait queues.
-// setState (park.go) and setRound (round.go) move connections between them.
-type timers struct {
-	lists [numDispatcherLists]connList
-	// badMoves counts state changes setState does not permit (zero unless
-	// the dispatcher is wrong; the tests' invariants check it).
-	badMoves uint64
 }
