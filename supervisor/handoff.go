@@ -112,6 +112,29 @@ func (d *dispatcher) pump(cl *client, now time.Time) {
 	}
 }
 
+// grantBody gives c, whose body is complete, a pool slot at its worker when
+// the share and the pool allow, and tells the worker. The worker's own
+// concurrency is not checked: the connection is already there.
+func (d *dispatcher) grantBody(c *conn) bool {
+	cl := c.client
+	if d.out >= d.pool || d.overShare(cl) {
+		return false
+	}
+	d.setRound(c, roundPool, 0)
+	return true
+}
+
+// pumpBodies grants slots to waiting complete bodies, oldest first among
+// those whose client is under its share. They go before new dispatches:
+// their requests are further along.
+func (d *dispatcher) pumpBodies() {
+	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
+		next := d.lists[listBodyWaiting].next(c)
+		d.grantBody(c)
+		c = next
+	}
+}
+
 // checkDone checks a Done's fields; the frame table has checked that the
 // worker holds the connection. Everything is checked before the slots are
 // released: the connection is still the worker's, so a kill closes it.
@@ -207,29 +230,6 @@ func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) 
 		} else {
 			d.linger(c, now)
 		}
-	}
-}
-
-// grantBody gives c, whose body is complete, a pool slot at its worker when
-// the share and the pool allow, and tells the worker. The worker's own
-// concurrency is not checked: the connection is already there.
-func (d *dispatcher) grantBody(c *conn) bool {
-	cl := c.client
-	if d.out >= d.pool || d.overShare(cl) {
-		return false
-	}
-	d.setRound(c, roundPool, 0)
-	return true
-}
-
-// pumpBodies grants slots to waiting complete bodies, oldest first among
-// those whose client is under its share. They go before new dispatches:
-// their requests are further along.
-func (d *dispatcher) pumpBodies() {
-	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
-		next := d.lists[listBodyWaiting].next(c)
-		d.grantBody(c)
-		c = next
 	}
 }
 

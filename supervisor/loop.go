@@ -22,6 +22,8 @@ import (
 
 const maxEvents = 256
 
+// newDispatcher makes the loop's state from what New prepared (s.boot),
+// which it takes over, and arms the listeners unless an upgrade holds them.
 func newDispatcher(s *Supervisor) (*dispatcher, error) {
 	boot := s.boot
 	s.boot = loopInit{}
