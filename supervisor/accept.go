@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -18,22 +19,7 @@ const (
 	// acceptBatch bounds accepts per listener event so one busy listener
 	// cannot starve the rest of the loop.
 	acceptBatch = 64
-	// acceptPause is how long accepting stops when descriptors run out and
-	// no idle connection can be closed to make room.
-	acceptPause = 100 * time.Millisecond
 )
-
-// listener is one bound, non-blocking listening socket owned by the loop.
-type listener struct {
-	id      uint64 // stable across reloads; the poller token
-	name    string
-	fd      int
-	cfgAddr netip.AddrPort // the address the configuration asked for
-	addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
-	// deferred: connections arrive with their first bytes
-	// (TCP_DEFER_ACCEPT), so admit looks at them at once.
-	deferred bool
-}
 
 // openListeners makes the listening sockets of cfg in configuration order,
 // adopting those named in inherited (sockets.Open), and numbers them. Its
@@ -196,3 +182,32 @@ func (d *dispatcher) trusted(a netip.Addr) bool {
 	}
 	return false
 }
+
+// proxyListener reports whether the listener named name reads PROXY headers
+// in the live configuration.
+func (d *dispatcher) proxyListener(name string) bool {
+	for _, l := range d.cfg.Listeners {
+		if l.Name == name {
+			return l.ProxyProtocol
+		}
+	}
+	return false
+}
+
+// tlsListener reports whether the listener named name terminates TLS.
+func (d *dispatcher) tlsListener(name string) bool {
+	for _, l := range d.cfg.Listeners {
+		if l.Name == name {
+			return l.TLS != nil
+		}
+	}
+	return false
+}
+
+// acceptHeld reports whether the listeners stay unarmed: during a
+// hand-over, on either side.
+func (d *dispatcher) acceptHeld() bool { return d.upgrade.holdAccept || d.upgrade.out != nil }
+
+// ErrBind marks a failure to bind a listener; cmd/gatehouse maps it to its own
+// exit code.
+var ErrBind = errors.New("supervisor: binding listeners")

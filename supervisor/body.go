@@ -23,34 +23,7 @@ import (
 // connection stays at its worker throughout (the worker holds the
 // descriptor); only its accounting moves.
 //
-// round.go draws the states and moves the counts.
-
-// bodyBudget is the dispatcher's state for bodies received outside the pool.
-// Owned by the loop.
-type bodyBudget struct {
-	bodyBytes int64 // charged to connections receiving a body
-	bodyConns int
-
-	bodiesBuffered uint64
-	bodyRefused    uint64
-	bodyNoSlot     uint64
-}
-
-// bodyState is what a connection in round state body or bodyWait holds
-// (round.go). The two states never hold it at once (leaveRound clears it),
-// so one word serves both, keeping the record small (TestConnRecordSize).
-type bodyState struct {
-	charged int64  // bytes received, charged to the budget (body)
-	word    uint64 // declared in body, resume in bodyWait
-}
-
-// declared is the most a body in round state body may hold: BodyStart's
-// length.
-func (b *bodyState) declared() int64 { return int64(b.word) }
-
-// resume is the BodyDone request a connection in round state bodyWait
-// waits for a pool slot under.
-func (b *bodyState) resume() uint64 { return b.word }
+// roundState (conn.go) draws the states; round.go moves the counts.
 
 // checkBodyStart checks a BodyStart's fields; the frame table has checked
 // that the worker holds the connection in the pool. A body received outside
@@ -119,29 +92,6 @@ func (d *dispatcher) bodyDone(id uint64, c *conn, now time.Time) {
 	c.deadline = monoOf(now.Add(d.cfg.Limits.NoWorkerTimeout))
 	d.setRound(c, roundBodyWait, id)
 	d.grantBody(c)
-}
-
-// grantBody gives c, whose body is complete, a pool slot at its worker when
-// the share and the pool allow, and tells the worker. The worker's own
-// concurrency is not checked: the connection is already there.
-func (d *dispatcher) grantBody(c *conn) bool {
-	cl := c.client
-	if d.out >= d.pool || d.overShare(cl) {
-		return false
-	}
-	d.setRound(c, roundPool, 0)
-	return true
-}
-
-// pumpBodies grants slots to waiting complete bodies, oldest first among
-// those whose client is under its share. They go before new dispatches:
-// their requests are further along.
-func (d *dispatcher) pumpBodies() {
-	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
-		next := d.lists[listBodyWaiting].next(c)
-		d.grantBody(c)
-		c = next
-	}
 }
 
 // bodySnapshot adds the body budget's state to s.

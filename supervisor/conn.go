@@ -4,8 +4,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
 
@@ -193,124 +191,71 @@ func monoOf(t time.Time) mono { return mono(t.Sub(epoch)) }
 
 func (m mono) time() time.Time { return epoch.Add(time.Duration(m)) }
 
-// setState moves c from its state to s, and does all the bookkeeping of
-// connection states: it takes c off the lists and counts of the state it
-// leaves and puts it on those of s, with the deadline of s (from now).
-// Only where s continues the old state's wait does c keep its timer:
-// proxy → fresh (the first-byte timeout runs on, as does c's place among
-// its client's incomplete connections) and waiting → waiting (moved
-// between the pool's queue and its client's, under the same
-// no_worker_timeout). closeConn leaves a state the same way (leaveState).
-//
-// What setState needs from its caller: for at_worker, c.worker (dispatch);
-// for head, the head's first bytes in c.hd.buf (startHead). A connection
-// leaving at_worker has had its round released already (done releases it
-// first, so that pump can use the slot).
-//
-// Sub-states carried as flags rather than states, and who moves them:
-//   - fresh: counted in queued (max_queued_connections) from accept until
-//     its first request: set on entering fresh or proxy from new, cleared
-//     (unqueue) on a plain connection's first dispatch, at the first Done
-//     that served a request (a TLS connection's head is not seen), or at
-//     close.
-//   - round: how a connection at_worker is accounted (pool, body,
-//     bodyWait, spent, stream, and upgrade within stream); setRound moves
-//     it, and setState enters pool and releases it (release).
-//   - kept: a worker holds a copy of the descriptor (affinity.go: keptBy,
-//     takeKept, forget); any state but at_worker.
-//   - hot: a worker waits for a kept-alive connection's next request
-//     without returning it; to the dispatcher it is at_worker in round
-//     pool (affinity.go).
-//   - lowat: SO_RCVLOWAT raised on a parked TLS connection (tls.go).
-func (d *dispatcher) setState(c *conn, s connState, now time.Time) {
-	if moves[c.state]&(1<<s) == 0 {
-		d.badMoves++
-		d.logLimited(hclog.Error, "bad-move", "connection state change not permitted", "from", c.state, "to", s)
-	}
-	from := c.state
-	d.leaveState(c, s)
-	c.state = s
-	l := d.cfg.Limits
-	switch s {
-	case stateFresh, stateProxy:
-		if from == stateNew {
-			c.fresh = true
-			d.queued++
-			c.client.incomplete.push(c)
-			d.lists[listFreshTimers].push(c)
-		}
-	case stateIdle:
-		d.idle++
-		c.deadline = monoOf(now.Add(l.KeepAliveIdleTimeout))
-		d.lists[listIdleTimers].push(c)
-	case stateWaiting:
-		// The queue tryDispatch chose, by the same rule.
-		q := &d.lists[listWaiting]
-		if d.overShare(c.client) {
-			q = &c.client.waiting
-		}
-		q.push(c)
-		if c.tlist != listWaitTimers {
-			c.deadline = monoOf(now.Add(l.NoWorkerTimeout))
-			d.lists[listWaitTimers].push(c)
-		}
-	case stateAtWorker:
-		if !c.tls {
-			// A plain connection is dispatched with its first head
-			// complete: it has sent its first request, and a long
-			// answer (a stream, an upload) must not hold a place of
-			// max_queued_connections, where it would have newcomers
-			// evict each other.
-			d.unqueue(c)
-		} else {
-			c.worker.tls++
-		}
-		d.enterRound(c, roundPool)
-	case stateLinger:
-		c.deadline = monoOf(now.Add(lingerTimeout))
-		d.lists[listLingerTimers].push(c)
-	case stateHead:
-		// Room is made before c joins its client's incomplete
-		// connections, so c itself is never the one closed.
-		in := c.hd.buf
-		for d.headBytes+len(in) > headBudget && d.evictIncomplete("head buffer budget") {
-		}
-		c.hd.buf, c.hd.firstByte, c.hd.lastByte = nil, now, now
-		d.growHead(c, in)
-		d.lists[listGapTimers].push(c)
-		d.lists[listHeadTimers].push(c)
-		c.client.incomplete.push(c)
-		d.headsBuffered++
-	}
+// bodyState is what a connection in round state body or bodyWait holds
+// (round.go). The two states never hold it at once (leaveRound clears it),
+// so one word serves both, keeping the record small (TestConnRecordSize).
+type bodyState struct {
+	charged int64  // bytes received, charged to the budget (body)
+	word    uint64 // declared in body, resume in bodyWait
 }
 
-// leaveState takes c off the lists and counts of its state, but for those
-// state to continues (setState); to is stateClosed when c is being closed.
-func (d *dispatcher) leaveState(c *conn, to connState) {
-	from := c.state
-	if !(from == stateProxy && to == stateFresh || from == stateWaiting && to == stateWaiting) {
-		if c.tlist == listIdleTimers {
-			d.idle--
-		}
-		d.leaveTimer(c)
-		d.leaveIncomplete(c)
-	}
-	d.leaveQueue(c)
-	if from == stateHead || to == stateClosed {
-		d.dropHead(c)
-	}
-	if to == stateClosed {
-		if c.worker != nil {
-			d.release(c)
-		}
-		d.unqueue(c)
-	}
-}
+// declared is the most a body in round state body may hold: BodyStart's
+// length.
+func (b *bodyState) declared() int64 { return int64(b.word) }
 
-// unqueue takes c out of the queued count, if it is in it.
-func (d *dispatcher) unqueue(c *conn) {
-	if c.fresh {
-		c.fresh = false
-		d.queued--
-	}
-}
+// resume is the BodyDone request a connection in round state bodyWait
+// waits for a pool slot under.
+func (b *bodyState) resume() uint64 { return b.word }
+
+// roundState is how a connection out at its worker (state at_worker) is
+// accounted while the worker serves it. setRound alone moves it (but for
+// setState entering pool at dispatch, and release at the round's end), and
+// keeps the pool's counts, the body and stream budgets, the body lists and the
+// worker's in-flight slot in step (checked after every step by the tests'
+// invariants, invariants_test.go); within body, chargeBody alone grows the
+// bytes charged:
+//
+//	dispatch ──► pool ──BodyStart ok──► body ──BodyDone──► bodyWait ──slot──► pool
+//	              │                                           │
+//	              │                                           └──no_worker_timeout──► spent
+//	              └──StreamStart ok──► stream
+//
+//	body ──BodyProgress ok──► body, charged the bytes received (chargeBody)
+//
+//	any ──Done / close / worker death──► released (leaveRound)
+//
+// Which frames each state admits is in the frame table (frametable.go).
+type roundState uint8
+
+const (
+	// roundPool holds a pool slot: w.active, its client's out and d.out.
+	roundPool roundState = iota
+	// roundBody holds the body budget (a connection, and conn.body.charged
+	// bytes received), no pool slot.
+	roundBody
+	// roundBodyWait: the body is complete; the connection waits on
+	// listBodyWaiting and listBodyWaitTimers for a pool slot, and its BodyDone
+	// (conn.body.resume()) holds one of the worker's in-flight slots until
+	// its reply.
+	roundBodyWait
+	// roundSpent holds nothing: the slot was refused after the body; the
+	// worker answers 503 and returns the connection.
+	roundSpent
+	// roundStream holds the stream budget (conn.upgrade says which count),
+	// no pool slot.
+	roundStream
+	roundStates
+)
+
+var roundNames = [roundStates]string{"pool", "body", "body_wait", "spent", "stream"}
+
+func (r roundState) String() string { return roundNames[r] }
+
+// link names a record in the slab by its slot plus one (0: none): 4 bytes
+// where a pointer takes 8, and a record carries six of them.
+type link uint32
+
+// listID names the list a record is on through one set of its links (0:
+// none): 1 byte where a pointer takes 8. The dispatcher resolves it
+// (timers.listOf); a client's lists are found through the record's client.
+type listID uint8

@@ -35,12 +35,6 @@ const (
 // grace ran out, or it was still starting): its end is no death.
 const killedAtShutdown = "shutdown"
 
-// deathCause is one series of gatehouse_worker_deaths_total.
-type deathCause struct {
-	reason string
-	signal syscall.Signal // 0 when it exited
-}
-
 // deathReason classifies a reaped worker. killedFor is the reason the
 // supervisor killed it for, or "": it applies only when the process did die
 // of the supervisor's SIGKILL, not of something that got there first.

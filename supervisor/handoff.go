@@ -3,9 +3,9 @@ package supervisor
 import (
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
-	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -36,34 +36,6 @@ func (d *dispatcher) tryDispatch(c *conn, now time.Time) {
 		return
 	}
 	d.dispatch(w, c, now)
-}
-
-// overShare reports whether cl holds its share of the pool (workers.share):
-// an untrusted client's connection waits then, in its client's queue, and
-// a complete body waits for its slot.
-func (d *dispatcher) overShare(cl *client) bool { return !cl.trusted && cl.out >= d.share }
-
-// pickWorker returns the ready worker with the most free slots, or nil. A
-// new TLS connection (newTLS) goes to one that can hold its state under
-// workers.tls_max_idle_sessions, if any can: a worker over that cap closes
-// its oldest idle TLS connection, which must not happen while another
-// worker has room.
-func (d *dispatcher) pickWorker(newTLS bool) *workerProc {
-	if d.stopping || d.out >= d.pool {
-		return nil
-	}
-	var best *workerProc
-	bestRoom := false
-	for _, w := range d.workers {
-		if w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
-			continue
-		}
-		room := newTLS && w.tls < w.spec.cfg.Workers.TLSMaxIdleSessions
-		if best == nil || room && !bestRoom || room == bestRoom && w.active < best.active {
-			best, bestRoom = w, room
-		}
-	}
-	return best
 }
 
 // dispatch sends c to w. Admission is counted here, explicitly, never
@@ -120,20 +92,6 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn, now time.Time) {
 	d.sendEncoded(w, b, fd, owned)
 }
 
-// release gives back what a connection held at its worker: its round
-// state's slot or budget, and a BodyDone's wait (refused).
-func (d *dispatcher) release(c *conn) {
-	if c.tls {
-		c.worker.tls--
-	}
-	d.leaveRound(c, false)
-	c.worker = nil
-	c.grant = secrets.Grant{}
-	if len(d.rateKeys) > 0 {
-		delete(d.rateKeys, c.id)
-	}
-}
-
 // pump dispatches waiting connections after slots were released: first the
 // pool's queue, oldest first, then the head of the client's own queue, which
 // now fits its share (it joins the pool's queue if no slot is left).
@@ -151,6 +109,29 @@ func (d *dispatcher) pump(cl *client, now time.Time) {
 	if cl != nil && cl.waiting.first() != nil && !d.overShare(cl) {
 		c := cl.waiting.pop()
 		d.tryDispatch(c, now)
+	}
+}
+
+// grantBody gives c, whose body is complete, a pool slot at its worker when
+// the share and the pool allow, and tells the worker. The worker's own
+// concurrency is not checked: the connection is already there.
+func (d *dispatcher) grantBody(c *conn) bool {
+	cl := c.client
+	if d.out >= d.pool || d.overShare(cl) {
+		return false
+	}
+	d.setRound(c, roundPool, 0)
+	return true
+}
+
+// pumpBodies grants slots to waiting complete bodies, oldest first among
+// those whose client is under its share. They go before new dispatches:
+// their requests are further along.
+func (d *dispatcher) pumpBodies() {
+	for c := d.lists[listBodyWaiting].first(); c != nil && d.out < d.pool; {
+		next := d.lists[listBodyWaiting].next(c)
+		d.grantBody(c)
+		c = next
 	}
 }
 
@@ -250,4 +231,17 @@ func (d *dispatcher) done(w *workerProc, c *conn, m *proto.Done, now time.Time) 
 			d.linger(c, now)
 		}
 	}
+}
+
+// nextRequest routes a connection whose worker returned carried input: to a
+// worker when the input holds a decided head, else to state head to wait for
+// the rest under the same rule as a new request.
+func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
+	if headend.Decided(carried) {
+		c.carried = append([]byte(nil), carried...)
+		d.tryDispatch(c, now)
+		return
+	}
+	d.startHead(c, carried, now)
+	d.arm(c)
 }

@@ -1,12 +1,12 @@
 package supervisor
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/supervisor/view"
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,11 +18,10 @@ import (
 // almost always does; a head that did not is read into a buffer of its own
 // (at most headend.MaxHead bytes, counted in headBytes) and travels to the
 // worker as carried bytes, so each later wake-up reads only the new bytes.
+// A connection of a TLS listener is looked at the same way, one TLS record
+// instead of a head (readTLS).
 
 const (
-	// headBudget bounds the bytes held in incomplete heads; over it the
-	// heaviest client's oldest incomplete connection is closed.
-	headBudget = 64 << 20
 	// stressDivisor shrinks the first-byte and head timeouts in stress mode
 	// (postscreen's stress mode).
 	stressDivisor = 5
@@ -35,28 +34,6 @@ const (
 	// or machine must still get in (postscreen's stress greet wait is 2 s).
 	stressMinFirstByte = 2 * time.Second
 )
-
-// headWatch is the dispatcher's state for incomplete heads and the admission
-// that cannot be locked. Owned by the loop.
-type headWatch struct {
-	headBytes int    // bytes held in incomplete heads
-	peekBuf   []byte // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
-
-	// Stress mode: on while admission has been under pressure (the queued
-	// cap, the descriptor reserve or the head budget nearly reached, or
-	// connections closed to make room) for stressAfter, off after calmAfter
-	// without it.
-	stress        bool
-	pressureSince time.Time // zero while there is no pressure
-	lastPressure  time.Time
-	evictedAt     time.Time // the last time a connection was closed to make room
-
-	timeoutHead       uint64
-	timeoutGap        uint64
-	incompleteEvicted uint64
-	stressEntered     uint64
-	headsBuffered     uint64
-}
 
 // firstByteTimeout is the live first-byte timeout, shrunk in stress mode.
 func (d *dispatcher) firstByteTimeout() time.Duration {
@@ -150,37 +127,6 @@ func emptyLines(b []byte) bool {
 	return true
 }
 
-// startHead parks c in state head holding in, the first bytes of its next
-// request. The caller arms c or dispatches it.
-func (d *dispatcher) startHead(c *conn, in []byte, now time.Time) {
-	c.hd = &headState{buf: in}
-	d.setState(c, stateHead, now)
-}
-
-// growHead appends in to c's head, keeping headBytes in step.
-func (d *dispatcher) growHead(c *conn, in []byte) {
-	d.headBytes -= cap(c.hd.buf)
-	c.hd.buf = append(c.hd.buf, in...)
-	d.headBytes += cap(c.hd.buf)
-}
-
-// dropHead forgets c's incomplete head, if any, and returns its bytes.
-func (d *dispatcher) dropHead(c *conn) []byte {
-	var h []byte
-	if c.hd != nil {
-		h = c.hd.buf
-		d.headBytes -= cap(h)
-		c.hd = nil
-	}
-	if c.qlist == listHeadTimers {
-		d.lists[listHeadTimers].remove(c)
-	}
-	if c.tlist == listGapTimers {
-		d.lists[listGapTimers].remove(c)
-	}
-	return h
-}
-
 // headDecided scans c's held head and dispatches c with it as carried bytes
 // when it is decided. It reports whether it did.
 func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
@@ -194,62 +140,12 @@ func (d *dispatcher) headDecided(c *conn, now time.Time) bool {
 	return true
 }
 
-// nextRequest routes a connection whose worker returned carried input: to a
-// worker when the input holds a decided head, else to state head to wait for
-// the rest under the same rule as a new request.
-func (d *dispatcher) nextRequest(c *conn, carried []byte, now time.Time) {
-	if headend.Decided(carried) {
-		c.carried = append([]byte(nil), carried...)
-		d.tryDispatch(c, now)
-		return
-	}
-	d.startHead(c, carried, now)
-	d.arm(c)
-}
-
 // timeout408 closes a connection whose head deadline or gap passed, with a
 // 408 written without blocking, as the canned 503 is.
 func (d *dispatcher) timeout408(c *conn, now time.Time) {
 	sysio.Send(c.fd, d.canned.RequestTimeout.At(now))
 	unix.Shutdown(c.fd, unix.SHUT_WR)
 	d.linger(c, now)
-}
-
-// evictIncomplete makes room (docs/DESIGN.md §2.2): it closes the oldest
-// connection that has not completed a head of the client key holding the
-// most of them. The newcomer is likelier legitimate than a connection that
-// has been dribbling for seconds. It reports whether it closed one.
-func (d *dispatcher) evictIncomplete(why string) bool {
-	var heaviest *client
-	for _, cl := range d.clients {
-		if cl.incomplete.n == 0 || heaviest != nil && cl.incomplete.n < heaviest.incomplete.n {
-			continue
-		}
-		// Between clients holding as many, the one whose oldest
-		// incomplete connection has waited longest.
-		if heaviest == nil || cl.incomplete.n > heaviest.incomplete.n ||
-			incompleteSince(cl.incomplete.first()).Before(incompleteSince(heaviest.incomplete.first())) {
-			heaviest = cl
-		}
-	}
-	if heaviest == nil {
-		return false
-	}
-	c := heaviest.incomplete.first()
-	d.incompleteEvicted++
-	d.evictedAt = d.s.now()
-	d.logLimited(hclog.Debug, "evict-incomplete-"+why, "closing the oldest incomplete connection of the heaviest client", "reason", why)
-	d.closeConn(c)
-	return true
-}
-
-// incompleteSince is when c started waiting for its head: its first byte in
-// state head, else its accept.
-func incompleteSince(c *conn) time.Time {
-	if c.hd != nil {
-		return c.hd.firstByte
-	}
-	return c.accepted.time()
 }
 
 // underPressure reports whether admission is close to a bound: incomplete
@@ -289,29 +185,6 @@ func (d *dispatcher) updateStress(now time.Time) {
 	}
 }
 
-// input peeks at (peek) or reads up to len(buf) bytes of c's input. It
-// returns 0 when this wake-up is over: nothing there yet (c is re-armed), or
-// the peer closed or reset the connection (c is closed and counted).
-func (d *dispatcher) input(c *conn, buf []byte, peek bool) int {
-	var n int
-	var err error
-	if peek {
-		n, err = sysio.Recv(c.fd, buf, unix.MSG_PEEK)
-	} else {
-		n, err = sysio.Recv(c.fd, buf, 0)
-	}
-	switch {
-	case err == unix.EAGAIN || err == unix.EINTR:
-		d.arm(c)
-		return 0
-	case err != nil || n == 0:
-		d.c.peerClosed++
-		d.closeConn(c)
-		return 0
-	}
-	return n
-}
-
 // headSnapshot adds the state of incomplete heads and admission to s.
 func (d *dispatcher) headSnapshot(s *view.Snapshot) {
 	s.HeadBytes = d.headBytes
@@ -326,4 +199,67 @@ func (d *dispatcher) headSnapshot(s *view.Snapshot) {
 	for _, r := range refusedReasons {
 		s.Counters["refused_"+r] = d.c.refused[r]
 	}
+}
+
+// readTLS looks at a readable parked connection of a TLS listener: it is
+// dispatched once a complete record is buffered (the record header and
+// length are peeked, nothing more): a new connection's ClientHello, so the
+// handshake starts on a worker that never waits for it, or a kept-alive
+// connection's next record, to the worker holding its TLS state. Until then
+// the connection stays parked under its timer (first byte, keep-alive), and
+// SO_RCVLOWAT keeps it quiet until the record's last byte arrives.
+func (d *dispatcher) readTLS(c *conn, now time.Time) {
+	n := d.input(c, d.peekBuf[:recordMax+recordHeader], true)
+	if n == 0 {
+		return
+	}
+	b := d.peekBuf[:n]
+	switch {
+	case c.kept != nil && (b[0] < recordChangeCipherSpec || b[0] > recordApplicationData):
+		// Between requests any record may come, never anything else.
+		d.c.tlsNotTLS++
+		d.closeConn(c)
+		return
+	case c.kept == nil && b[0] != recordHandshake:
+		d.notTLS(c, b[0], now)
+		return
+	}
+	need := recordHeader
+	if n >= recordHeader {
+		length := int(binary.BigEndian.Uint16(b[3:5]))
+		if b[1] != 3 || length == 0 || length > recordMax {
+			d.c.tlsNotTLS++
+			d.closeConn(c)
+			return
+		}
+		need += length
+	}
+	if n < need {
+		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, need); err == nil {
+			c.flags |= flagLowat
+		}
+		d.arm(c)
+		return
+	}
+	if c.flags&flagLowat != 0 {
+		// The worker's poller must see every byte.
+		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
+		c.flags &^= flagLowat
+	}
+	d.tryDispatch(c, now)
+}
+
+// notTLS closes a connection to a TLS listener that does not start with a
+// handshake record: plain HTTP (a request line starts with a letter) gets a
+// plaintext 400 that says so first.
+func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
+	if !('A' <= first && first <= 'Z') {
+		d.c.tlsNotTLS++
+		d.closeConn(c)
+		return
+	}
+	d.c.tlsPlainHTTP++
+	sysio.Send(c.fd, d.canned.PlainToTLS.At(now))
+	unix.Shutdown(c.fd, unix.SHUT_WR)
+	d.linger(c, now)
 }

@@ -1,15 +1,6 @@
 package supervisor
 
-// link names a record in the slab by its slot plus one (0: none): 4 bytes
-// where a pointer takes 8, and a record carries six of them.
-type link uint32
-
 func linkOf(c *conn) link { return link(c.id&connSlotMask) + 1 }
-
-// listID names the list a record is on through one set of its links (0:
-// none): 1 byte where a pointer takes 8. The dispatcher resolves it
-// (dispatcher.listOf); a client's lists are found through the record's client.
-type listID uint8
 
 const (
 	listNone listID = iota
@@ -123,16 +114,27 @@ func (l *connList) pop() *conn {
 	return c
 }
 
+// timers owns the dispatcher's connection lists, indexed by list id: the
+// per-state deadline lists, each a FIFO sorted by deadline
+// since each timeout is uniform for its state, and the wait queues.
+// setState (park.go) and setRound (round.go) move connections between them.
+type timers struct {
+	lists [numDispatcherLists]connList
+	// badMoves counts state changes setState does not permit (zero unless
+	// the dispatcher is wrong; the tests' invariants check it).
+	badMoves uint64
+}
+
 // initLists names the dispatcher's lists; a client's are named by newClient.
-func (d *dispatcher) initLists() {
-	for id := range d.lists {
-		d.lists[id] = newConnList(&d.conns, listID(id))
+func (t *timers) initLists(s *connSlab) {
+	for id := range t.lists {
+		t.lists[id] = newConnList(s, listID(id))
 	}
 }
 
 // listOf returns the list id names for c: the dispatcher's, or one of c's
 // client's.
-func (d *dispatcher) listOf(c *conn, id listID) *connList {
+func (t *timers) listOf(c *conn, id listID) *connList {
 	switch id {
 	case listNone:
 		return nil
@@ -141,26 +143,26 @@ func (d *dispatcher) listOf(c *conn, id listID) *connList {
 	case listIncomplete:
 		return &c.client.incomplete
 	}
-	return &d.lists[id]
+	return &t.lists[id]
 }
 
 // leaveTimer takes c off its timer list, if any.
-func (d *dispatcher) leaveTimer(c *conn) {
+func (t *timers) leaveTimer(c *conn) {
 	if c.tlist != listNone {
-		d.listOf(c, c.tlist).remove(c)
+		t.listOf(c, c.tlist).remove(c)
 	}
 }
 
 // leaveQueue takes c off its wait queue or head-deadline list, if any.
-func (d *dispatcher) leaveQueue(c *conn) {
+func (t *timers) leaveQueue(c *conn) {
 	if c.qlist != listNone {
-		d.listOf(c, c.qlist).remove(c)
+		t.listOf(c, c.qlist).remove(c)
 	}
 }
 
 // leaveIncomplete takes c off its client's incomplete list, if it is on it.
-func (d *dispatcher) leaveIncomplete(c *conn) {
+func (t *timers) leaveIncomplete(c *conn) {
 	if c.ilist != listNone {
-		d.listOf(c, c.ilist).remove(c)
+		t.listOf(c, c.ilist).remove(c)
 	}
 }

@@ -1,13 +1,9 @@
 package supervisor
 
 import (
-	"fmt"
-	"os"
 	"time"
 
-	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
-	"golang.org/x/sys/unix"
 )
 
 // The loop's side of the logs: it opens the access log, gives each worker
@@ -41,34 +37,6 @@ func (s *Supervisor) reopenAccessLog() error {
 		s.log.Info("access log reopened", "path", logrelay.Name(s.accessLog))
 	}
 	return nil
-}
-
-// sendAccessLog gives a worker the write end of a pipe for its access lines,
-// and starts the relay that copies them out. A worker whose access log is on
-// needs it before its first Dispatch: one that cannot be given it is stopped.
-func (d *dispatcher) sendAccessLog(w *workerProc) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		d.killWorker(w, fmt.Sprintf("creating its access log pipe: %v", err))
-		return
-	}
-	// The read end under the runtime's poller: a relay waiting for lines
-	// holds no thread. The worker's end stays blocking, as a file is.
-	if err := unix.SetNonblock(p[0], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		d.killWorker(w, fmt.Sprintf("creating its access log pipe: %v", err))
-		return
-	}
-	format := logrelay.FormatOf(w.spec.cfg.Log.AccessLogFormat)
-	d.s.accessRelays.Add(1)
-	go func() {
-		defer d.s.accessRelays.Done()
-		r := os.NewFile(uintptr(p[0]), "access log pipe")
-		d.s.access.Relay(r, w.slot, format)
-		r.Close()
-	}()
-	d.sendOwned(w, &proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}}, p[1])
 }
 
 // waitAccessRelays waits, at most accessRelaysWait, for the relays to copy

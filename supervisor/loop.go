@@ -1,47 +1,103 @@
 package supervisor
 
 import (
+	"net/netip"
 	"os"
 	"runtime"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/internal/sysio"
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/canned"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
-// Poller tokens: the kind in the top byte, an id below. Connection ids are
-// never reused, so an event for a connection closed earlier in the same batch
-// finds no record and is dropped.
-const (
-	kindListener = 2
-	kindWorker   = 3
-	kindConn     = 4
-	kindShift    = 56
-	idMask       = 1<<kindShift - 1
-)
-
 const maxEvents = 256
 
-func token(kind int, id uint64) uint64 { return uint64(kind)<<kindShift | id&idMask }
-
-func (d *dispatcher) add(fd, kind int, id uint64, in poll.Interest) error {
-	return d.p.Add(fd, token(kind, id), in)
+// newDispatcher makes the loop's state from what New prepared (s.boot),
+// which it takes over, and arms the listeners unless an upgrade holds them.
+func newDispatcher(s *Supervisor) (*dispatcher, error) {
+	boot := s.boot
+	s.boot = loopInit{}
+	d := &dispatcher{
+		s:        s,
+		cfg:      boot.cfg,
+		log:      s.log.Named("dispatcher"),
+		p:        s.poller,
+		events:   make([]poll.Event, maxEvents),
+		scratch:  make([]byte, lingerBuf),
+		logLimit: make(map[string]time.Time),
+		acceptor: acceptor{
+			listeners:    boot.listeners,
+			nextListener: uint64(len(boot.listeners)),
+		},
+		connTable: connTable{
+			clients: make(map[netip.Addr]*client),
+			keys:    boot.keys,
+			penalties: limits.NewPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
+				boot.cfg.Limits.DeathPenaltyDuration, boot.cfg.Limits.DeathPenaltyMaxClients),
+		},
+		workerSet: workerSet{
+			spec:  boot.spec,
+			pool:  boot.cfg.Workers.Pool(),
+			share: boot.cfg.Workers.Share(),
+		},
+		broker: broker{
+			limiter: limits.NewLimiter(boot.cfg.RateLimitEntries),
+			storeLink: storeLink{
+				ratePending: cluster.NewPending[pendingRate](0),
+				storeSince:  time.Now(),
+			},
+		},
+		c: counters{
+			refused: make(map[string]uint64),
+			deaths:  make(map[deathCause]uint64),
+		},
+	}
+	d.signPool = newSignPool(s)
+	d.initLists(&d.conns)
+	d.peekBuf = make([]byte, headend.MaxHead)
+	d.canned = canned.NewReplies()
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {
+		d.fdLimit = int(rl.Cur)
+	}
+	// The reserve keeps descriptors for worker channels, pipes, respawns and
+	// the admin socket when clients hold everything else.
+	d.fdReserve = 32 + 4*d.cfg.Workers.Count
+	if d.upgrade.holdAccept = s.opts.HoldAccept; !d.upgrade.holdAccept {
+		d.armListeners(true)
+	}
+	d.upstreams = upstream.New(d.log, s.post)
+	d.upstreams.Configure(d.cfg.Upstreams, boot.resolved, nil, d.cfg.Workers.Count)
+	if c := d.cfg.Cluster; c != nil {
+		store, err := cluster.Start(c, d.log.Named("cluster"), s.post)
+		if err != nil {
+			return nil, err
+		}
+		d.store, d.ratePending = store, cluster.NewPending[pendingRate](c.StoreTimeout)
+	}
+	for i := 0; i < d.cfg.Workers.Count; i++ {
+		d.workers = append(d.workers, d.newWorker())
+	}
+	return d, nil
 }
 
-func (d *dispatcher) mod(fd, kind int, id uint64, in poll.Interest) error {
-	return d.p.Mod(fd, token(kind, id), in)
-}
-
-// del deregisters fd; it must precede closing it, since a registration
-// outliving its descriptor stays stale while a worker holds a duplicate.
-func (d *dispatcher) del(fd int) {
-	d.p.Del(fd)
+// newSignPool is the loop's signing pool, whose goroutines post each
+// signature back to the loop.
+func newSignPool(s *Supervisor) secrets.Pool[signMsg] {
+	return secrets.NewPool(func(m signMsg, rep *proto.SignReply) {
+		m.rep = rep
+		s.post(m)
+	})
 }
 
 // run is the loop. It locks its OS thread: waiting for readiness blocks it.
@@ -384,25 +440,6 @@ func (d *dispatcher) teardown() {
 	d.log.Info("stopped")
 }
 
-// logLimited logs at most once a second per key, so a flood of refusals or
-// bad peers cannot flood the log. Routine client behaviour is logged at
-// Debug (and summarised, see counters.go); Warn is for what an operator
-// should look at.
-func (d *dispatcher) logLimited(level hclog.Level, key, msg string, args ...any) {
-	if d.log.GetLevel() > level {
-		return
-	}
-	now := time.Now()
-	if t, ok := d.logLimit[key]; ok && now.Sub(t) < time.Second {
-		return
-	}
-	if len(d.logLimit) > 1024 {
-		clear(d.logLimit)
-	}
-	d.logLimit[key] = now
-	d.log.Log(level, msg, args...)
-}
-
 // countOpenFDs counts this process's descriptors, for the reserve arithmetic.
 func countOpenFDs() int {
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -410,4 +447,33 @@ func countOpenFDs() int {
 		return 64
 	}
 	return len(ents)
+}
+
+// connEvent handles readiness of a parked or lingering connection. The
+// registration is one-shot, so it stays quiet until re-armed.
+func (d *dispatcher) connEvent(c *conn, ev poll.Event, now time.Time) {
+	switch c.state {
+	case stateLinger:
+		d.discard(c)
+		return
+	case stateProxy:
+		d.readProxy(c, now)
+		return
+	case stateFresh, stateIdle, stateHead:
+	default:
+		return
+	}
+	if ev.HangUp {
+		// The peer closed or reset. If nothing is left to read, close here
+		// rather than spend a worker round on it.
+		var b [1]byte
+		n, err := sysio.Recv(c.fd, b[:], unix.MSG_PEEK)
+		if n <= 0 && err != unix.EAGAIN {
+			d.c.peerClosed++
+			d.logLimited(hclog.Debug, "peer-closed", "client closed a connection before a request")
+			d.closeConn(c)
+			return
+		}
+	}
+	d.readHead(c, now)
 }

@@ -17,23 +17,6 @@ import (
 // arrive within the first-byte timeout; a malformed one closes the
 // connection. A connection from any other peer is refused at accept.
 
-// Refusal reasons of the PROXY protocol.
-const (
-	refusedProxyUntrusted = "proxy_untrusted"
-	refusedProxyMalformed = "proxy_malformed"
-)
-
-// proxyListener reports whether the listener named name reads PROXY headers
-// in the live configuration.
-func (d *dispatcher) proxyListener(name string) bool {
-	for _, l := range d.cfg.Listeners {
-		if l.Name == name {
-			return l.ProxyProtocol
-		}
-	}
-	return false
-}
-
 // readProxy reads the PROXY header of a readable connection in state proxy.
 func (d *dispatcher) readProxy(c *conn, now time.Time) {
 	buf := d.peekBuf[:proxyproto.MaxLen]

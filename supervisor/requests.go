@@ -150,15 +150,6 @@ func (d *dispatcher) forwardedClient(values []string, peer netip.Addr) netip.Add
 // when the result is posted back, or after cluster.store_timeout from the
 // local bucket, whichever comes first.
 
-// pendingRate is a rate check waiting for the store: the worker (by slot
-// and process generation, so a late answer for a process that died is
-// dropped) and the request's frame id.
-type pendingRate struct {
-	slot int
-	gen  uint64
-	id   uint64
-}
-
 // askStore queues a check the local bucket allowed to the store and
 // reports whether it did; when it did not (no store, store down, queue
 // full) the local decision stands.

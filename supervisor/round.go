@@ -1,50 +1,9 @@
 package supervisor
 
-import "github.com/gatehouse-dev/gatehouse/proto"
-
-// roundState is how a connection out at its worker (state at_worker) is
-// accounted while the worker serves it. setRound alone moves it (but for
-// setState entering pool at dispatch, and release at the round's end), and
-// keeps the pool's counts, the body and stream budgets, the body lists and the
-// worker's in-flight slot in step (checked after every step by the tests'
-// invariants, invariants_test.go); within body, chargeBody alone grows the
-// bytes charged:
-//
-//	dispatch ──► pool ──BodyStart ok──► body ──BodyDone──► bodyWait ──slot──► pool
-//	              │                                           │
-//	              │                                           └──no_worker_timeout──► spent
-//	              └──StreamStart ok──► stream
-//
-//	body ──BodyProgress ok──► body, charged the bytes received (chargeBody)
-//
-//	any ──Done / close / worker death──► released (leaveRound)
-//
-// Which frames each state admits is in the frame table (frametable.go).
-type roundState uint8
-
-const (
-	// roundPool holds a pool slot: w.active, its client's out and d.out.
-	roundPool roundState = iota
-	// roundBody holds the body budget (a connection, and conn.body.charged
-	// bytes received), no pool slot.
-	roundBody
-	// roundBodyWait: the body is complete; the connection waits on
-	// listBodyWaiting and listBodyWaitTimers for a pool slot, and its BodyDone
-	// (conn.body.resume()) holds one of the worker's in-flight slots until
-	// its reply.
-	roundBodyWait
-	// roundSpent holds nothing: the slot was refused after the body; the
-	// worker answers 503 and returns the connection.
-	roundSpent
-	// roundStream holds the stream budget (conn.upgrade says which count),
-	// no pool slot.
-	roundStream
-	roundStates
+import (
+	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 )
-
-var roundNames = [roundStates]string{"pool", "body", "body_wait", "spent", "stream"}
-
-func (r roundState) String() string { return roundNames[r] }
 
 // setRound moves c, at its worker, from its round state to r: what the old
 // state held is given back (a waiting BodyDone is answered: granted when r
@@ -154,4 +113,46 @@ func (d *dispatcher) inFlight() []any {
 		}
 	}
 	return []any{"at_workers", total, "in_pool", pool, "bodies", bodies, "streams", streams, "upgrades", upgrades}
+}
+
+// overShare reports whether cl holds its share of the pool (workers.share):
+// an untrusted client's connection waits then, in its client's queue, and
+// a complete body waits for its slot.
+func (d *dispatcher) overShare(cl *client) bool { return !cl.trusted && cl.out >= d.share }
+
+// pickWorker returns the ready worker with the most free slots, or nil. A
+// new TLS connection (newTLS) goes to one that can hold its state under
+// workers.tls_max_idle_sessions, if any can: a worker over that cap closes
+// its oldest idle TLS connection, which must not happen while another
+// worker has room.
+func (d *dispatcher) pickWorker(newTLS bool) *workerProc {
+	if d.stopping || d.out >= d.pool {
+		return nil
+	}
+	var best *workerProc
+	bestRoom := false
+	for _, w := range d.workers {
+		if w.state != workerReady || w.active >= w.spec.cfg.Workers.Concurrency {
+			continue
+		}
+		room := newTLS && w.tls < w.spec.cfg.Workers.TLSMaxIdleSessions
+		if best == nil || room && !bestRoom || room == bestRoom && w.active < best.active {
+			best, bestRoom = w, room
+		}
+	}
+	return best
+}
+
+// release gives back what a connection held at its worker: its round
+// state's slot or budget, and a BodyDone's wait (refused).
+func (d *dispatcher) release(c *conn) {
+	if c.tls {
+		c.worker.tls--
+	}
+	d.leaveRound(c, false)
+	c.worker = nil
+	c.grant = secrets.Grant{}
+	if len(d.rateKeys) > 0 {
+		delete(d.rateKeys, c.id)
+	}
 }

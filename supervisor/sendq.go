@@ -9,15 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// outFrame is an encoded frame waiting to be sent, at outbuf[off:end] of
-// its worker, with the descriptor to send along (-1 for none). The
-// dispatcher keeps its own copy of the descriptor unless owned.
-type outFrame struct {
-	off, end int
-	fd       int
-	owned    bool // fd is closed once sent
-}
-
 // send queues a frame for a worker (sendEncoded). The dispatcher keeps its
 // descriptor fd (a client connection it dispatches).
 func (d *dispatcher) send(w *workerProc, f *proto.Frame, fd int) { d.sendFD(w, f, fd, false) }

@@ -5,17 +5,16 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
-	"github.com/gatehouse-dev/gatehouse/internal/headend"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/canned"
 	"github.com/gatehouse-dev/gatehouse/supervisor/cluster"
+	"github.com/gatehouse-dev/gatehouse/supervisor/handover"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
 	"github.com/gatehouse-dev/gatehouse/supervisor/limits"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/upstream"
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 )
 
 // dispatcher is the loop's state, grouped by concern. Every part is owned by
@@ -103,17 +102,6 @@ type connTable struct {
 	idle   int // parked keep-alive connections
 }
 
-// timers owns the dispatcher's connection lists, indexed by list id
-// (list.go): the per-state deadline lists, each a FIFO sorted by deadline
-// since each timeout is uniform for its state, and the wait queues.
-// setState (conn.go) and setRound (round.go) move connections between them.
-type timers struct {
-	lists [numDispatcherLists]connList
-	// badMoves counts state changes setState does not permit (zero unless
-	// the dispatcher is wrong; the tests' invariants check it).
-	badMoves uint64
-}
-
 // workerSet owns the worker slots (each slot's process, channel and send
 // queue), the spec new workers are started with, and the dispatch bounds
 // derived from the configuration.
@@ -156,69 +144,169 @@ type storeLink struct {
 	ratePending *cluster.Pending[pendingRate]
 }
 
-func newDispatcher(s *Supervisor) (*dispatcher, error) {
-	boot := s.boot
-	s.boot = loopInit{}
-	d := &dispatcher{
-		s:        s,
-		cfg:      boot.cfg,
-		log:      s.log.Named("dispatcher"),
-		p:        s.poller,
-		events:   make([]poll.Event, maxEvents),
-		scratch:  make([]byte, lingerBuf),
-		logLimit: make(map[string]time.Time),
-		acceptor: acceptor{
-			listeners:    boot.listeners,
-			nextListener: uint64(len(boot.listeners)),
-		},
-		connTable: connTable{
-			clients: make(map[netip.Addr]*client),
-			keys:    boot.keys,
-			penalties: limits.NewPenaltyBox(boot.cfg.Limits.DeathPenaltyThreshold,
-				boot.cfg.Limits.DeathPenaltyDuration, boot.cfg.Limits.DeathPenaltyMaxClients),
-		},
-		workerSet: workerSet{
-			spec:  boot.spec,
-			pool:  boot.cfg.Workers.Pool(),
-			share: boot.cfg.Workers.Share(),
-		},
-		broker: broker{
-			limiter: limits.NewLimiter(boot.cfg.RateLimitEntries),
-			storeLink: storeLink{
-				ratePending: cluster.NewPending[pendingRate](0),
-				storeSince:  time.Now(),
-			},
-		},
-		c: counters{
-			refused: make(map[string]uint64),
-			deaths:  make(map[deathCause]uint64),
-		},
+// acceptPause is how long accepting stops when descriptors run out and no
+// idle connection can be closed to make room (accept.go).
+const acceptPause = 100 * time.Millisecond
+
+// listener is one bound, non-blocking listening socket owned by the loop.
+type listener struct {
+	id      uint64 // stable across reloads; the poller token
+	name    string
+	fd      int
+	cfgAddr netip.AddrPort // the address the configuration asked for
+	addr    netip.AddrPort // the bound address (port filled in when 0 was asked)
+	// deferred: connections arrive with their first bytes
+	// (TCP_DEFER_ACCEPT), so admit looks at them at once.
+	deferred bool
+}
+
+// bodyBudget is the dispatcher's state for bodies received outside the pool
+// (body.go). Owned by the loop.
+type bodyBudget struct {
+	bodyBytes int64 // charged to connections receiving a body
+	bodyConns int
+
+	bodiesBuffered uint64
+	bodyRefused    uint64
+	bodyNoSlot     uint64
+}
+
+// streamBudget is the dispatcher's state for stream-class requests and
+// upgraded connections (stream.go). Owned by the loop.
+type streamBudget struct {
+	streamsOpen  int // stream-class requests outside the pool
+	upgradesOpen int // upgraded connections outside the pool
+
+	streamsStarted  uint64
+	upgradesStarted uint64
+	streamsRefused  uint64
+	upgradesRefused uint64
+}
+
+// headWatch is the dispatcher's state for incomplete heads and the admission
+// that cannot be locked (headscan.go). Owned by the loop.
+type headWatch struct {
+	headBytes int    // bytes held in incomplete heads
+	peekBuf   []byte // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
+
+	// Stress mode: on while admission has been under pressure (the queued
+	// cap, the descriptor reserve or the head budget nearly reached, or
+	// connections closed to make room) for stressAfter, off after calmAfter
+	// without it.
+	stress        bool
+	pressureSince time.Time // zero while there is no pressure
+	lastPressure  time.Time
+	evictedAt     time.Time // the last time a connection was closed to make room
+
+	timeoutHead       uint64
+	timeoutGap        uint64
+	incompleteEvicted uint64
+	stressEntered     uint64
+	headsBuffered     uint64
+}
+
+// statsCache is the loop's part for stats (views.go): the last rendering, and the
+// requests waiting for the next one. Each waiting request holds its
+// in-flight slot until it is answered.
+type statsCache struct {
+	text      []byte    // the last rendering, cut to fit a frame; nil before the first
+	at        time.Time // the loop's clock when its snapshot was taken
+	rendering bool      // a rendering is under way
+	waiting   []statsWaiter
+}
+
+// statsWaiter is a StatsRequest waiting for a rendering.
+type statsWaiter struct {
+	slot int
+	gen  uint64
+	id   uint64
+}
+
+// pendingRate is a rate check waiting for the store (requests.go): the worker (by slot
+// and process generation, so a late answer for a process that died is
+// dropped) and the request's frame id.
+type pendingRate struct {
+	slot int
+	gen  uint64
+	id   uint64
+}
+
+// signMsg is a finished signature, posted back to the loop, and the tag of
+// a signature in the signing pool: the worker and request it answers.
+type signMsg struct {
+	slot int
+	gen  uint64
+	id   uint64
+	rep  *proto.SignReply
+	// pooled: computed by the signing pool.
+	pooled bool
+}
+
+// ticketKeys are the session ticket keys, the current one first, and when
+// the current one was made. Owned by the loop.
+type ticketKeys struct {
+	keys    [][]byte
+	rotated time.Time
+	// shared: the keys are the cluster store's (cluster.TicketKeys), which
+	// one instance rotates for all; this one does not rotate them.
+	shared bool
+}
+
+// upgradeState is both sides' bookkeeping of a binary upgrade (upgrade.go).
+type upgradeState struct {
+	// out is the old side's link while it hands over; nil otherwise.
+	out      *handover.Outbound
+	deadline time.Time // upgrade_grace after the hand-over began
+	names    map[uint32]string
+	// holdAccept: the new side does not accept before the bulk arrived.
+	holdAccept bool
+	// Counts: connections sent, received, and closed here after the
+	// hand-over began (TLS, streams, or at upgrade_grace).
+	sent, received, drained uint64
+	peerPID                 int
+	peerVersion             string
+	// nextProgress is when the old side reports its drain next; on the
+	// new side, oldDraining and oldStaying are the last report.
+	nextProgress time.Time
+	oldDraining  bool
+	oldStaying   int
+	// starting is the binary an upgrade is starting, until it is ready
+	// or failed.
+	starting string
+	// failed counts failed upgrades (Supervisor.UpgradeFailed).
+	failed    uint64
+	lastError string
+}
+
+func (d *dispatcher) add(fd, kind int, id uint64, in poll.Interest) error {
+	return d.p.Add(fd, token(kind, id), in)
+}
+
+func (d *dispatcher) mod(fd, kind int, id uint64, in poll.Interest) error {
+	return d.p.Mod(fd, token(kind, id), in)
+}
+
+// del deregisters fd; it must precede closing it, since a registration
+// outliving its descriptor stays stale while a worker holds a duplicate.
+func (d *dispatcher) del(fd int) {
+	d.p.Del(fd)
+}
+
+// logLimited logs at most once a second per key, so a flood of refusals or
+// bad peers cannot flood the log. Routine client behaviour is logged at
+// Debug (and summarised, see counters.go); Warn is for what an operator
+// should look at.
+func (d *dispatcher) logLimited(level hclog.Level, key, msg string, args ...any) {
+	if d.log.GetLevel() > level {
+		return
 	}
-	d.signPool = newSignPool(s)
-	d.initLists()
-	d.peekBuf = make([]byte, headend.MaxHead)
-	d.canned = canned.NewReplies()
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil {
-		d.fdLimit = int(rl.Cur)
+	now := time.Now()
+	if t, ok := d.logLimit[key]; ok && now.Sub(t) < time.Second {
+		return
 	}
-	// The reserve keeps descriptors for worker channels, pipes, respawns and
-	// the admin socket when clients hold everything else.
-	d.fdReserve = 32 + 4*d.cfg.Workers.Count
-	if d.upgrade.holdAccept = s.opts.HoldAccept; !d.upgrade.holdAccept {
-		d.armListeners(true)
+	if len(d.logLimit) > 1024 {
+		clear(d.logLimit)
 	}
-	d.upstreams = upstream.New(d.log, s.post)
-	d.upstreams.Configure(d.cfg.Upstreams, boot.resolved, nil, d.cfg.Workers.Count)
-	if c := d.cfg.Cluster; c != nil {
-		store, err := cluster.Start(c, d.log.Named("cluster"), s.post)
-		if err != nil {
-			return nil, err
-		}
-		d.store, d.ratePending = store, cluster.NewPending[pendingRate](c.StoreTimeout)
-	}
-	for i := 0; i < d.cfg.Workers.Count; i++ {
-		d.workers = append(d.workers, d.newWorker())
-	}
-	return d, nil
+	d.logLimit[key] = now
+	d.log.Log(level, msg, args...)
 }

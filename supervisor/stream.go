@@ -17,19 +17,7 @@ import (
 // the worker is refused and answers 503 at once. The connection stays at its
 // worker throughout; only its accounting moves.
 //
-// round.go draws the states and moves the counts.
-
-// streamBudget is the dispatcher's state for stream-class requests and
-// upgraded connections. Owned by the loop.
-type streamBudget struct {
-	streamsOpen  int // stream-class requests outside the pool
-	upgradesOpen int // upgraded connections outside the pool
-
-	streamsStarted  uint64
-	upgradesStarted uint64
-	streamsRefused  uint64
-	upgradesRefused uint64
-}
+// roundState (conn.go) draws the states; round.go moves the counts.
 
 // streamStart takes c out of the pool and charges the stream budget, or
 // refuses when the budget (global or the client's) has no room.

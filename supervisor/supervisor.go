@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/internal/memtrim"
-	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/gatehouse-dev/gatehouse/spawner"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
@@ -36,10 +34,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
-
-// ErrBind marks a failure to bind a listener; cmd/gatehouse maps it to its own
-// exit code.
-var ErrBind = errors.New("supervisor: binding listeners")
 
 // ErrSandbox marks a sandbox that cannot be arranged in strict mode.
 var ErrSandbox = errors.New("supervisor: sandbox")
@@ -359,23 +353,6 @@ func (s *Supervisor) Snapshot(ctx context.Context) (view.Snapshot, error) {
 	case <-ctx.Done():
 		return view.Snapshot{}, ctx.Err()
 	}
-}
-
-// workerSpec is everything a worker is started with: the configuration its
-// Hello carries, its arguments and its process attributes. Immutable; a
-// reload makes a new one and workers of the old one are replaced.
-type workerSpec struct {
-	cfg    *config.Config
-	args   []string
-	attr   *syscall.SysProcAttr
-	layers []*proto.SandboxLayer // sandbox layers arranged at spawn
-	// roots are the static roots' directories (O_PATH) in the policy's
-	// order (rootPaths), passed to every worker of the spec as fds 4..;
-	// nil where workers open them by path. The spec owns them: they close
-	// with it (their finalizer) once no worker slot can be respawned with
-	// it.
-	roots     []*os.File
-	rootPaths []string
 }
 
 // newWorkerSpec derives the workers' spec from cfg. The namespaces are

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/internal/clienthello"
@@ -46,26 +45,6 @@ func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
 // at w in the pool, against c's grant; it returns the violation, or "".
 func checkSign(d *dispatcher, w *workerProc, f *proto.Frame, c *conn) string {
 	return c.grant.Check(f.GetSign(), c.id)
-}
-
-// signMsg is a finished signature, posted back to the loop, and the tag of
-// a signature in the signing pool: the worker and request it answers.
-type signMsg struct {
-	slot int
-	gen  uint64
-	id   uint64
-	rep  *proto.SignReply
-	// pooled: computed by the signing pool.
-	pooled bool
-}
-
-// newSignPool is the loop's signing pool, whose goroutines post each
-// signature back to the loop.
-func newSignPool(s *Supervisor) secrets.Pool[signMsg] {
-	return secrets.NewPool(func(m signMsg, rep *proto.SignReply) {
-		m.rep = rep
-		s.post(m)
-	})
 }
 
 // sign starts an admitted Sign for the handshake of c: its one signature
@@ -124,92 +103,9 @@ const (
 	recordApplicationData  = 0x17
 )
 
-// readTLS looks at a readable parked connection of a TLS listener: it is
-// dispatched once a complete record is buffered (the record header and
-// length are peeked, nothing more): a new connection's ClientHello, so the
-// handshake starts on a worker that never waits for it, or a kept-alive
-// connection's next record, to the worker holding its TLS state. Until then
-// the connection stays parked under its timer (first byte, keep-alive), and
-// SO_RCVLOWAT keeps it quiet until the record's last byte arrives.
-func (d *dispatcher) readTLS(c *conn, now time.Time) {
-	n := d.input(c, d.peekBuf[:recordMax+recordHeader], true)
-	if n == 0 {
-		return
-	}
-	b := d.peekBuf[:n]
-	switch {
-	case c.kept != nil && (b[0] < recordChangeCipherSpec || b[0] > recordApplicationData):
-		// Between requests any record may come, never anything else.
-		d.c.tlsNotTLS++
-		d.closeConn(c)
-		return
-	case c.kept == nil && b[0] != recordHandshake:
-		d.notTLS(c, b[0], now)
-		return
-	}
-	need := recordHeader
-	if n >= recordHeader {
-		length := int(binary.BigEndian.Uint16(b[3:5]))
-		if b[1] != 3 || length == 0 || length > recordMax {
-			d.c.tlsNotTLS++
-			d.closeConn(c)
-			return
-		}
-		need += length
-	}
-	if n < need {
-		if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, need); err == nil {
-			c.flags |= flagLowat
-		}
-		d.arm(c)
-		return
-	}
-	if c.flags&flagLowat != 0 {
-		// The worker's poller must see every byte.
-		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
-		c.flags &^= flagLowat
-	}
-	d.tryDispatch(c, now)
-}
-
-// notTLS closes a connection to a TLS listener that does not start with a
-// handshake record: plain HTTP (a request line starts with a letter) gets a
-// plaintext 400 that says so first.
-func (d *dispatcher) notTLS(c *conn, first byte, now time.Time) {
-	if !('A' <= first && first <= 'Z') {
-		d.c.tlsNotTLS++
-		d.closeConn(c)
-		return
-	}
-	d.c.tlsPlainHTTP++
-	sysio.Send(c.fd, d.canned.PlainToTLS.At(now))
-	unix.Shutdown(c.fd, unix.SHUT_WR)
-	d.linger(c, now)
-}
-
-// tlsListener reports whether the listener named name terminates TLS.
-func (d *dispatcher) tlsListener(name string) bool {
-	for _, l := range d.cfg.Listeners {
-		if l.Name == name {
-			return l.TLS != nil
-		}
-	}
-	return false
-}
-
 // ticketRotation is how long a session ticket key encrypts new tickets; it
 // is accepted for as long again after.
 const ticketRotation = time.Hour
-
-// ticketKeys are the session ticket keys, the current one first, and when
-// the current one was made. Owned by the loop.
-type ticketKeys struct {
-	keys    [][]byte
-	rotated time.Time
-	// shared: the keys are the cluster store's (cluster.TicketKeys), which
-	// one instance rotates for all; this one does not rotate them.
-	shared bool
-}
 
 // rotateTickets makes a new session ticket key, keeps the previous one and
 // sends both to every worker. Without TLS listeners, or while the keys are

@@ -27,32 +27,6 @@ import (
 // accepts only once the old supervisor's bulk has arrived, so that adopted
 // connections join the timer lists in deadline order.
 
-// upgradeState is both sides' bookkeeping.
-type upgradeState struct {
-	// out is the old side's link while it hands over; nil otherwise.
-	out      *handover.Outbound
-	deadline time.Time // upgrade_grace after the hand-over began
-	names    map[uint32]string
-	// holdAccept: the new side does not accept before the bulk arrived.
-	holdAccept bool
-	// Counts: connections sent, received, and closed here after the
-	// hand-over began (TLS, streams, or at upgrade_grace).
-	sent, received, drained uint64
-	peerPID                 int
-	peerVersion             string
-	// nextProgress is when the old side reports its drain next; on the
-	// new side, oldDraining and oldStaying are the last report.
-	nextProgress time.Time
-	oldDraining  bool
-	oldStaying   int
-	// starting is the binary an upgrade is starting, until it is ready
-	// or failed.
-	starting string
-	// failed counts failed upgrades (Supervisor.UpgradeFailed).
-	failed    uint64
-	lastError string
-}
-
 // handOverMsg begins the hand-over to a ready new supervisor.
 type handOverMsg struct{ out *handover.Outbound }
 
@@ -148,10 +122,6 @@ func (d *dispatcher) releaseAccept() {
 		d.armListeners(true)
 	}
 }
-
-// acceptHeld reports whether the listeners stay unarmed: during a
-// hand-over, on either side.
-func (d *dispatcher) acceptHeld() bool { return d.upgrade.holdAccept || d.upgrade.out != nil }
 
 // beginHandOver stops accepting and sends the limits and every parked
 // connection that can move.

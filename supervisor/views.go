@@ -3,6 +3,10 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
@@ -57,23 +61,6 @@ const (
 	statsMax = 60 << 10
 )
 
-// statsCache is the loop's part for stats: the last rendering, and the
-// requests waiting for the next one. Each waiting request holds its
-// in-flight slot until it is answered.
-type statsCache struct {
-	text      []byte    // the last rendering, cut to fit a frame; nil before the first
-	at        time.Time // the loop's clock when its snapshot was taken
-	rendering bool      // a rendering is under way
-	waiting   []statsWaiter
-}
-
-// statsWaiter is a StatsRequest waiting for a rendering.
-type statsWaiter struct {
-	slot int
-	gen  uint64
-	id   uint64
-}
-
 // statsRendered carries a rendering back to the loop.
 type statsRendered struct {
 	text []byte
@@ -124,4 +111,141 @@ func (s *Supervisor) renderStats(snap view.Snapshot) {
 		buf.WriteString("# gatehouse: rendering metrics failed; see the supervisor's log\n")
 	}
 	s.post(statsRendered{text: view.Cut(buf.Bytes(), statsMax), at: snap.Time})
+}
+
+func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
+	s := view.Snapshot{
+		Time:          now,
+		Pool:          d.pool,
+		Share:         d.share,
+		AtWorkers:     d.out,
+		Queued:        d.queued,
+		Conns:         map[string]int{},
+		ConnStates:    stateNames[:],
+		Waiting:       d.lists[listWaiting].n,
+		Stopping:      d.stopping,
+		ShutdownGrace: d.cfg.Limits.ShutdownGrace,
+		Counters: map[string]uint64{
+			"accepted":           d.c.accepted,
+			"closed":             d.c.closed,
+			"peer_closed":        d.c.peerClosed,
+			"dispatches":         d.c.dispatches,
+			"requests":           d.c.requests,
+			"share_waits":        d.c.shareWaits,
+			"pool_waits":         d.c.poolWaits,
+			"timeout_first_byte": d.c.timeoutFirstByte,
+			"timeout_idle":       d.c.timeoutIdle,
+			"timeout_no_worker":  d.c.timeoutNoWorker,
+			"idle_evicted":       d.c.idleEvicted,
+			"accept_errors":      d.c.acceptErrors,
+			"accept_dispatches":  d.c.acceptDispatches,
+			"closing_dispatches": d.c.closingDispatches,
+			"send_batches":       d.c.sendBatches,
+			"accept_pauses":      d.c.acceptPauses,
+			"worker_deaths":      d.c.workerDeaths,
+			"worker_kills":       d.c.workerKills,
+			"refused_per_client": d.c.refused[refusedPerClient],
+			"refused_queued":     d.c.refused[refusedQueued],
+			"ipc_overloaded":     d.c.ipcOverloaded,
+			"upstream_refused":   d.c.upstreamRefused,
+			"upstream_errors":    d.c.upstreamErrors,
+			"rate_limited":       d.c.rateLimited,
+			"tls_plain_http":     d.c.tlsPlainHTTP,
+			"tls_not_tls":        d.c.tlsNotTLS,
+			"tls_signs":          d.c.tlsSigns,
+			"tls_handshakes":     d.c.tlsHandshakes,
+			"tls_sign_errors":    d.c.tlsSignErrors,
+			"tls_affinity":       d.c.tlsAffinity,
+			"affinity":           d.c.affinity,
+			"affinity_moves":     d.c.affinityMoves,
+			// Counted by the relay goroutines, not the loop.
+			"worker_log_lines_dropped": d.s.logDropped.Load(),
+			"log_lines_dropped":        d.s.logOutputDropped(),
+			"access_lines_rejected":    d.s.access.Rejected(),
+			// A gauge, not a counter: the rate limiter's buckets now.
+		},
+	}
+	s.RateLimitBuckets = d.limiter.Len()
+	s.Certificates = d.keys.Certificates()
+	s.CertificateErrors = d.keys.Failures()
+	d.headSnapshot(&s)
+	d.bodySnapshot(&s)
+	d.streamSnapshot(&s)
+	d.upgradeSnapshot(&s)
+	s.Responses = map[string]uint64{"other": d.c.byClass[0]}
+	for i := 1; i <= 5; i++ {
+		s.Responses[strconv.Itoa(i)+"xx"] = d.c.byClass[i]
+	}
+	s.Latency = view.LatencyHistogram{Counts: slices.Clone(d.c.latency.counts[:len(view.LatencyBuckets)+1]), Sum: d.c.latency.sum, Count: d.c.latency.n}
+	for dc, n := range d.c.deaths {
+		s.Deaths = append(s.Deaths, view.DeathCount{Reason: dc.reason, Signal: signalName(dc.signal), N: n})
+	}
+	sort.Slice(s.Deaths, func(i, j int) bool {
+		a, b := s.Deaths[i], s.Deaths[j]
+		return a.Reason < b.Reason || a.Reason == b.Reason && a.Signal < b.Signal
+	})
+	for i, n := range d.c.outcomes {
+		s.Counters["round_"+strings.ToLower(proto.Outcome(i).String())] = n
+	}
+	d.c.handbackCounters(s.Counters)
+	for _, l := range d.listeners {
+		s.Listeners = append(s.Listeners, l.addr)
+	}
+	for c := range d.conns.all() {
+		s.Conns[c.state.String()]++
+		if c.state == stateAtWorker && c.requests == 0 {
+			s.InFirstRequest++
+		}
+	}
+	s.Upstreams = d.upstreamInfo(now)
+	for _, cl := range d.clients {
+		s.Clients = append(s.Clients, view.ClientInfo{Key: cl.key.String(), Trusted: cl.trusted, Conns: cl.conns, Out: cl.out, Waiting: cl.waiting.n, Waits: cl.waits,
+			BodyConns: cl.bodyConns, BodyBytes: cl.bodyBytes})
+	}
+	// Keys in the penalty box, with their connections if they hold any.
+	s.Penalties = d.penalties.List(now)
+	for _, p := range s.Penalties {
+		i := slices.IndexFunc(s.Clients, func(c view.ClientInfo) bool { return c.Key == p.Key })
+		if i < 0 {
+			s.Clients = append(s.Clients, view.ClientInfo{Key: p.Key})
+			i = len(s.Clients) - 1
+		}
+		s.Clients[i].Penalty, s.Clients[i].Deaths = p.Remaining, p.Deaths
+	}
+	s.Counters["client_penalties"] = d.penalties.Penalties()
+	d.clusterSnapshot(&s)
+	for _, w := range d.workers {
+		wi := view.WorkerInfo{Slot: w.slot, PID: w.pid, State: w.state.String(), Active: w.active, Kept: w.kept, TLS: w.tls, Served: w.served, Restarts: w.restarts, Backoff: w.backoff, Threads: w.threads, Exiting: w.state == workerDead && !w.exited}
+		for _, l := range w.layers {
+			mark := "+"
+			if !l.GetApplied() {
+				mark = "-"
+			}
+			wi.Sandbox = append(wi.Sandbox, mark+l.GetName())
+		}
+		s.Workers = append(s.Workers, wi)
+	}
+	return s
+}
+
+func (d *dispatcher) routineCounts() eventCounts {
+	return eventCounts{
+		d.c.refused[refusedPerClient], d.c.refused[refusedQueued], d.incompleteEvicted, d.c.peerClosed,
+		d.c.outcomes[proto.Outcome_PEER_RESET], d.c.idleEvicted,
+		d.c.timeoutFirstByte, d.timeoutHead, d.timeoutGap, d.c.timeoutIdle,
+		d.c.rateLimited, d.c.timeoutNoWorker,
+	}
+}
+
+// summarize logs the period's events once it is summaryEvery long, or at
+// once when final (shutdown), and starts the next period.
+func (d *dispatcher) summarize(now time.Time, final bool) {
+	if !final && now.Sub(d.summary.since) < summaryEvery {
+		return
+	}
+	cur := d.routineCounts()
+	if level, args, ok := summaryLine(d.summary.last, cur, now.Sub(d.summary.since)); ok {
+		d.log.Log(level, "client events", args...)
+	}
+	d.summary = clientSummary{since: now, last: cur}
 }

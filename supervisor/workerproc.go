@@ -1,8 +1,11 @@
 package supervisor
 
 import (
+	"os"
+	"syscall"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
@@ -102,3 +105,42 @@ const (
 	slotBits = 24
 	slotMask = 1<<slotBits - 1
 )
+
+// workerSpec is everything a worker is started with: the configuration its
+// Hello carries, its arguments and its process attributes. Immutable; a
+// reload makes a new one and workers of the old one are replaced.
+type workerSpec struct {
+	cfg    *config.Config
+	args   []string
+	attr   *syscall.SysProcAttr
+	layers []*proto.SandboxLayer // sandbox layers arranged at spawn
+	// roots are the static roots' directories (O_PATH) in the policy's
+	// order (rootPaths), passed to every worker of the spec as fds 4..;
+	// nil where workers open them by path. The spec owns them: they close
+	// with it (their finalizer) once no worker slot can be respawned with
+	// it.
+	roots     []*os.File
+	rootPaths []string
+}
+
+// outFrame is an encoded frame waiting to be sent, at outbuf[off:end] of
+// its worker, with the descriptor to send along (-1 for none). The
+// dispatcher keeps its own copy of the descriptor unless owned.
+type outFrame struct {
+	off, end int
+	fd       int
+	owned    bool // fd is closed once sent
+}
+
+// Poller tokens: the kind in the top byte, an id below. Connection ids are
+// never reused, so an event for a connection closed earlier in the same batch
+// finds no record and is dropped.
+const (
+	kindListener = 2
+	kindWorker   = 3
+	kindConn     = 4
+	kindShift    = 56
+	idMask       = 1<<kindShift - 1
+)
+
+func token(kind int, id uint64) uint64 { return uint64(kind)<<kindShift | id&idMask }

@@ -3,16 +3,20 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/config"
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/gatehouse-dev/gatehouse/supervisor/logrelay"
 	"github.com/gatehouse-dev/gatehouse/supervisor/secrets"
 	"github.com/gatehouse-dev/gatehouse/supervisor/spawn"
+	"golang.org/x/sys/unix"
 	gproto "google.golang.org/protobuf/proto"
 )
 
@@ -330,4 +334,96 @@ func checkHello(cfg *config.Config, keys *secrets.Ring) error {
 			"shorten the file, the chains or the htpasswd files", ErrHelloTooLarge, len(cfg.Source), n, ipc.MaxFrameSize)
 	}
 	return nil
+}
+
+// sendAccessLog gives a worker the write end of a pipe for its access lines,
+// and starts the relay that copies them out. A worker whose access log is on
+// needs it before its first Dispatch: one that cannot be given it is stopped.
+func (d *dispatcher) sendAccessLog(w *workerProc) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		d.killWorker(w, fmt.Sprintf("creating its access log pipe: %v", err))
+		return
+	}
+	// The read end under the runtime's poller: a relay waiting for lines
+	// holds no thread. The worker's end stays blocking, as a file is.
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		d.killWorker(w, fmt.Sprintf("creating its access log pipe: %v", err))
+		return
+	}
+	format := logrelay.FormatOf(w.spec.cfg.Log.AccessLogFormat)
+	d.s.accessRelays.Add(1)
+	go func() {
+		defer d.s.accessRelays.Done()
+		r := os.NewFile(uintptr(p[0]), "access log pipe")
+		d.s.access.Relay(r, w.slot, format)
+		r.Close()
+	}()
+	d.sendOwned(w, &proto.Frame{Body: &proto.Frame_AccessLog{AccessLog: &proto.AccessLog{}}}, p[1])
+}
+
+// ready handles a worker's Ready (frameTable has checked it). A worker asked
+// to drain while it was starting still reports Ready once, and then exits.
+func (d *dispatcher) ready(w *workerProc, m *proto.Ready, now time.Time) {
+	layers, _ := readyLayers(m.GetLayers())
+	w.reportedReady = true
+	w.threads = int(m.GetThreads())
+	w.layers = append(append([]*proto.SandboxLayer(nil), w.spec.layers...), layers...)
+	if w.state == workerDraining {
+		return
+	}
+	w.state = workerReady
+	d.log.Info("worker ready", "worker", w.slot, "pid", w.pid, "sandbox", layerSummary(w.layers))
+	d.checkReady()
+	d.roll(now)
+	d.pump(nil, now)
+}
+
+// Bounds on the sandbox report in a Ready frame.
+const (
+	maxReadyLayers = 32
+	maxLayerName   = 32
+	maxLayerDetail = 512
+)
+
+// readyLayers checks the sandbox layers a worker reports, which operators
+// see in the log and in gatehousectl: a name is lower-case letters, digits
+// and '_' (never "namespace/...", which only the supervisor reports), and a
+// detail is cut and Go-quoted when it holds anything but printable ASCII. It
+// returns the layers to keep, or the violation.
+func readyLayers(in []*proto.SandboxLayer) ([]*proto.SandboxLayer, string) {
+	if len(in) > maxReadyLayers {
+		return nil, fmt.Sprintf("Ready reports %d sandbox layers", len(in))
+	}
+	out := make([]*proto.SandboxLayer, 0, len(in))
+	for _, l := range in {
+		name := l.GetName()
+		if !layerName(name) {
+			return nil, fmt.Sprintf("Ready reports a sandbox layer named %.40q", name)
+		}
+		detail := l.GetDetail()
+		if len(detail) > maxLayerDetail {
+			detail = detail[:maxLayerDetail]
+		}
+		if !logrelay.PlainText(detail) {
+			detail = strconv.Quote(detail)
+		}
+		out = append(out, &proto.SandboxLayer{Name: name, Applied: l.GetApplied(), Detail: detail})
+	}
+	return out, ""
+}
+
+// layerName reports whether name may name a worker's sandbox layer.
+func layerName(name string) bool {
+	if name == "" || len(name) > maxLayerName || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
