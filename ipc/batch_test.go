@@ -75,3 +75,34 @@ func TestSendBatch(t *testing.T) {
 		t.Fatalf("a full channel: %d frames sent, a partial batch %v; want some, and a partial one", sent, partial)
 	}
 }
+
+// TestStreamBatchClose: the worker's Stream takes queued frames several a
+// call; closing it closes the descriptors of those it has not handed out,
+// and they are received in order, a frame a Recv.
+func TestStreamBatchClose(t *testing.T) {
+	c, s, _, closeStream := newPair(t)
+	r, _ := pipeFDs(t)
+	const frames = 6
+	var outs []ipc.Out
+	for i := range frames {
+		f := &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{ConnId: uint64(i + 1), HasFd: true}}}
+		outs = append(outs, ipc.Out{B: encode(t, f), FD: r})
+	}
+	if n, err := c.SendBatch(outs); n != frames || err != nil {
+		t.Fatalf("SendBatch sent %d of %d: %v", n, frames, err)
+	}
+	var f proto.Frame
+	fd, err := s.Recv(&f)
+	if err != nil || f.GetDispatch().GetConnId() != 1 || fd < 0 {
+		t.Fatalf("first frame: %v, fd %d, %v", f.Body, fd, err)
+	}
+	unix.Close(fd)
+	before := len(openFDs(t))
+	if err := closeStream(); err != nil {
+		t.Fatal(err)
+	}
+	// The channel and the five descriptors not handed out left with it.
+	if after := len(openFDs(t)); after != before-frames {
+		t.Errorf("%d descriptors open after Close, want %d (%d before)", after, before-frames, before)
+	}
+}

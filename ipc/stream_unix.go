@@ -21,13 +21,17 @@ type Stream struct {
 	uc *net.UnixConn
 	rc syscall.RawConn // the calls themselves: raw, non-blocking (recvmsg, sendmsg)
 
-	// Recv's state; recv is the poller's condition, made once.
-	rbuf              []byte
-	oob               []byte
-	fds               []int // descriptors of the last frame received, reused
-	rn, roobn, rflags int
-	rerr              error
-	recv              func(uintptr) bool
+	// Recv's state: the datagrams one recvmmsg took (rn of them), handed
+	// out one a call from rnext; recv is the poller's condition, made once.
+	rbufs [recvBatch][]byte
+	roobs [recvBatch][]byte
+	rmm   [recvBatch]sysio.Mmsghdr
+	riovs [recvBatch]unix.Iovec
+	rn    int
+	rnext int
+	rerr  error
+	fds   []int // descriptors of the last frame received, reused
+	recv  func(uintptr) bool
 
 	mu   sync.Mutex // guards the send state and serialises sends
 	wbuf []byte
@@ -53,15 +57,26 @@ func NewStream(f *os.File) (*Stream, error) {
 		uc.Close()
 		return nil, fmt.Errorf("ipc: channel: %w", err)
 	}
-	s := &Stream{
-		uc:   uc,
-		rc:   rc,
-		rbuf: make([]byte, MaxFrameSize+1),
-		oob:  make([]byte, unix.CmsgSpace(oobFDs*4)),
-		fds:  make([]int, 0, oobFDs),
+	s := &Stream{uc: uc, rc: rc, fds: make([]int, 0, oobFDs)}
+	for i := range recvBatch {
+		// Pages of a buffer are touched only as far as frames fill it.
+		s.rbufs[i] = make([]byte, MaxFrameSize+1)
+		s.roobs[i] = make([]byte, unix.CmsgSpace(oobFDs*4))
 	}
 	s.recv = func(fd uintptr) bool {
-		s.rn, s.roobn, s.rflags, s.rerr = sysio.Recvmsg(int(fd), s.rbuf, s.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		for i := range s.rmm {
+			iov := &s.riovs[i]
+			iov.Base = &s.rbufs[i][0]
+			iov.SetLen(len(s.rbufs[i]))
+			h := &s.rmm[i]
+			*h = sysio.Mmsghdr{}
+			h.Hdr.Iov = iov
+			h.Hdr.SetIovlen(1)
+			h.Hdr.Control = &s.roobs[i][0]
+			h.Hdr.SetControllen(len(s.roobs[i]))
+		}
+		s.rn, s.rerr = sysio.Recvmmsg(int(fd), s.rmm[:], unix.MSG_CMSG_CLOEXEC)
+		s.rnext = 0
 		return s.rerr != unix.EAGAIN && s.rerr != unix.EINTR
 	}
 	s.send = func(fd uintptr) bool {
@@ -71,8 +86,20 @@ func NewStream(f *os.File) (*Stream, error) {
 	return s, nil
 }
 
-// Close closes the channel.
-func (s *Stream) Close() error { return s.uc.Close() }
+// recvBatch is the most frames Recv takes in one recvmmsg(2): a worker
+// reads the Dispatches the supervisor sent in one batch with one call, and
+// does not make the call that finds the channel empty after each of them.
+const recvBatch = 8
+
+// Close closes the channel, and the descriptors of frames received and not
+// handed out.
+func (s *Stream) Close() error {
+	for ; s.rnext < s.rn; s.rnext++ {
+		h := &s.rmm[s.rnext].Hdr
+		closeAll(parseRights(s.fds[:0], s.roobs[s.rnext][:h.Controllen]))
+	}
+	return s.uc.Close()
+}
 
 // Send writes one frame with fd attached when fd >= 0; it never closes fd.
 func (s *Stream) Send(f *proto.Frame, fd int) error {
@@ -104,23 +131,26 @@ func (s *Stream) Send(f *proto.Frame, fd int) error {
 // a returned descriptor; on error any received descriptor is already closed.
 // Received descriptors are close-on-exec (MSG_CMSG_CLOEXEC).
 func (s *Stream) Recv(f *proto.Frame) (int, error) {
-	err := s.rc.Read(s.recv)
-	if err == nil {
-		err = s.rerr
-	}
-	n, oobn, flags := s.rn, s.roobn, s.rflags
-	if err != nil {
-		oobn = 0
-	}
-	fds := parseRights(s.fds[:0], s.oob[:oobn])
-	if err != nil {
-		if errors.Is(err, unix.ECONNRESET) {
-			return -1, ErrClosed
+	if s.rnext >= s.rn {
+		err := s.rc.Read(s.recv)
+		if err == nil {
+			err = s.rerr
 		}
-		return -1, fmt.Errorf("ipc: receiving frame: %w", err)
+		if err != nil {
+			s.rn = 0
+			if errors.Is(err, unix.ECONNRESET) {
+				return -1, ErrClosed
+			}
+			return -1, fmt.Errorf("ipc: receiving frame: %w", err)
+		}
 	}
+	i := s.rnext
+	s.rnext++
+	h := &s.rmm[i]
+	n, flags := int(h.Len), int(h.Hdr.Flags)
+	fds := parseRights(s.fds[:0], s.roobs[i][:h.Hdr.Controllen])
 	if n == 0 && len(fds) == 0 && flags&unix.MSG_TRUNC == 0 {
 		return -1, ErrClosed
 	}
-	return check(s.rbuf[:n], n, flags, fds, f)
+	return check(s.rbufs[i][:n], n, flags, fds, f)
 }

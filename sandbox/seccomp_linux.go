@@ -40,7 +40,7 @@ var netpollSyscalls = []string{"epoll_pwait", "epoll_ctl", "epoll_create1", "eve
 // received connections, stderr.
 var ioSyscalls = []string{
 	"read", "write", "writev", "close",
-	"recvmsg", "sendmsg", // ipc frames with SCM_RIGHTS
+	"recvmsg", "recvmmsg", "sendmsg", // ipc frames with SCM_RIGHTS, several received a call
 	"getsockopt", "getsockname", "getpeername", // net.FileConn (SO_TYPE), x/sys SendmsgN
 	"shutdown", // half-close before handing a connection back
 	// An upgraded connection is relayed with splice(2) through a pipe of its

@@ -51,10 +51,10 @@ func Sendmsg(fd int, p, oob []byte, flags int) error {
 	return nil
 }
 
-// Mmsghdr is one message of Sendmmsg: struct mmsghdr.
+// Mmsghdr is one message of Sendmmsg and Recvmmsg: struct mmsghdr.
 type Mmsghdr struct {
 	Hdr unix.Msghdr
-	Len uint32 // bytes sent, set by the kernel
+	Len uint32 // bytes sent or received, set by the kernel
 }
 
 // Sendmmsg is sendmmsg(2) of msgs to the connected peer, with flags and
@@ -66,6 +66,21 @@ func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 		return 0, nil
 	}
 	r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)),
+		uintptr(flags|unix.MSG_DONTWAIT), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// Recvmmsg is recvmmsg(2) into msgs, with flags and MSG_DONTWAIT: the
+// datagrams already queued, in order, as many as msgs holds. It returns how
+// many it received (at least one), or the error of the first.
+func Recvmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)),
 		uintptr(flags|unix.MSG_DONTWAIT), 0, 0)
 	if e != 0 {
 		return 0, e

@@ -21,7 +21,7 @@ func Sendmsg(fd int, p, oob []byte, flags int) error {
 	return err
 }
 
-// Mmsghdr is one message of Sendmmsg.
+// Mmsghdr is one message of Sendmmsg and Recvmmsg.
 type Mmsghdr struct {
 	Hdr unix.Msghdr
 	Len uint32
@@ -41,4 +41,18 @@ func Sendmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
 		}
 	}
 	return len(msgs), nil
+}
+
+// Recvmmsg receives one datagram into msgs[0] with recvmsg(2) (Linux's
+// recvmmsg(2) being its own); it returns 1, or the error.
+func Recvmmsg(fd int, msgs []Mmsghdr, flags int) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0].Hdr)), uintptr(flags|unix.MSG_DONTWAIT))
+	if e != 0 {
+		return 0, e
+	}
+	msgs[0].Len = uint32(r)
+	return 1, nil
 }
