@@ -77,8 +77,8 @@ func TestSendBatch(t *testing.T) {
 }
 
 // TestStreamBatchClose: the worker's Stream takes queued frames several a
-// call; closing it closes the descriptors of those it has not handed out,
-// and they are received in order, a frame a Recv.
+// call and hands them out in order, a frame a Recv; once it is closed, Recv
+// says so and closes the descriptors of those it had not handed out.
 func TestStreamBatchClose(t *testing.T) {
 	c, s, _, closeStream := newPair(t)
 	r, _ := pipeFDs(t)
@@ -101,8 +101,11 @@ func TestStreamBatchClose(t *testing.T) {
 	if err := closeStream(); err != nil {
 		t.Fatal(err)
 	}
-	// The channel and the five descriptors not handed out left with it.
+	if fd, err := s.Recv(&f); err != ipc.ErrClosed || fd >= 0 {
+		t.Fatalf("Recv after Close: fd %d, %v; want ErrClosed", fd, err)
+	}
+	// The channel and the five descriptors not handed out are gone.
 	if after := len(openFDs(t)); after != before-frames {
-		t.Errorf("%d descriptors open after Close, want %d (%d before)", after, before-frames, before)
+		t.Errorf("%d descriptors open after Close and Recv, want %d (%d before)", after, before-frames, before)
 	}
 }

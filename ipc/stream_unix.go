@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/gatehouse-dev/gatehouse/internal/sysio"
@@ -32,6 +33,8 @@ type Stream struct {
 	rerr  error
 	fds   []int // descriptors of the last frame received, reused
 	recv  func(uintptr) bool
+	// closed is set by Close, which may run beside Recv.
+	closed atomic.Bool
 
 	mu   sync.Mutex // guards the send state and serialises sends
 	wbuf []byte
@@ -91,13 +94,11 @@ func NewStream(f *os.File) (*Stream, error) {
 // does not make the call that finds the channel empty after each of them.
 const recvBatch = 8
 
-// Close closes the channel, and the descriptors of frames received and not
-// handed out.
+// Close closes the channel. It may be called while Recv runs: the next Recv
+// returns ErrClosed, closing the descriptors of the frames it took and had
+// not handed out.
 func (s *Stream) Close() error {
-	for ; s.rnext < s.rn; s.rnext++ {
-		h := &s.rmm[s.rnext].Hdr
-		closeAll(parseRights(s.fds[:0], s.roobs[s.rnext][:h.Controllen]))
-	}
+	s.closed.Store(true)
 	return s.uc.Close()
 }
 
@@ -131,6 +132,13 @@ func (s *Stream) Send(f *proto.Frame, fd int) error {
 // a returned descriptor; on error any received descriptor is already closed.
 // Received descriptors are close-on-exec (MSG_CMSG_CLOEXEC).
 func (s *Stream) Recv(f *proto.Frame) (int, error) {
+	if s.closed.Load() {
+		for ; s.rnext < s.rn; s.rnext++ {
+			h := &s.rmm[s.rnext].Hdr
+			closeAll(parseRights(s.fds[:0], s.roobs[s.rnext][:h.Controllen]))
+		}
+		return -1, ErrClosed
+	}
 	if s.rnext >= s.rn {
 		err := s.rc.Read(s.recv)
 		if err == nil {
