@@ -3,10 +3,7 @@ package e2e
 import (
 	"bufio"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -24,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-dev/gatehouse/internal/testcert"
 	"github.com/gatehouse-dev/gatehouse/supervisor/view"
 )
 
@@ -45,17 +43,7 @@ func writeCert(t testing.TB, dir, file string, rsaKey bool, names ...string) tes
 // writeCertUntil is writeCert of a certificate that expires at notAfter.
 func writeCertUntil(t testing.TB, dir, file string, rsaKey bool, notAfter time.Time, names ...string) testCert {
 	t.Helper()
-	var key crypto.Signer
-	var err error
-	if rsaKey {
-		key, err = rsa.GenerateKey(rand.Reader, 2048)
-	} else {
-		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writeCertKey(t, dir, file, key, notAfter, names...)
+	return writeCertKey(t, dir, file, testcert.NewKey(t, rsaKey), notAfter, names...)
 }
 
 // writeCertKey is writeCertUntil with key.

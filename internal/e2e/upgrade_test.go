@@ -864,8 +864,8 @@ func TestUpgradeRootKeepsSeparation(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "started as root") {
 		t.Errorf("upgrade to another path: exit %d, %q", r.code, r.stderr)
 	}
-	if st := s.status(); st.PID != pid || st.Version != "up-two" {
-		t.Errorf("after the refused upgrade: pid %d version %q, want %d up-two", st.PID, st.Version, pid)
+	if st := s.status(); st.PID != pid || st.Version != "up-two" || st.Upgrade.Failed != 1 {
+		t.Errorf("after the refused upgrade: pid %d version %q, failed %d, want %d up-two 1", st.PID, st.Version, st.Upgrade.Failed, pid)
 	}
 	if code, body := opsGet(t, s.addr, "/ok"); code != 200 || body != "ok\n" {
 		t.Errorf("GET /ok after the refused upgrade: %d %q", code, body)

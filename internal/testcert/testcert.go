@@ -23,6 +23,14 @@ import (
 // and returns the key.
 func WritePair(t testing.TB, dir, name string, rsaKey bool) crypto.Signer {
 	t.Helper()
+	key := NewKey(t, rsaKey)
+	Write(t, dir, name, key)
+	return key
+}
+
+// NewKey returns a new private key: RSA 2048 when rsaKey, else ECDSA P-256.
+func NewKey(t testing.TB, rsaKey bool) crypto.Signer {
+	t.Helper()
 	var key crypto.Signer
 	var err error
 	if rsaKey {
@@ -33,7 +41,6 @@ func WritePair(t testing.TB, dir, name string, rsaKey bool) crypto.Signer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Write(t, dir, name, key)
 	return key
 }
 

@@ -44,6 +44,7 @@ func (s *service) upgrade(ctx context.Context, path string) (string, error) {
 	if s.launcher != nil && filepath.Clean(path) != s.exe {
 		err := fmt.Errorf("gatehouse was started as root: it upgrades only to the binary at the path it was started from, %s, which its root launcher runs; install the new binary there and run gatehousectl upgrade without a PATH", s.exe)
 		s.log.Error("upgrade refused", "binary", path, "error", err)
+		s.sup.UpgradeFailed(err.Error())
 		return "", err
 	}
 	msg, err := s.startNew(ctx, path)
