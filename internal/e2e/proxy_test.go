@@ -353,7 +353,7 @@ func TestProxy(t *testing.T) {
 		used, total := echo.conns.Load()-before, echo.conns.Load()
 		t.Logf("%d requests through one client connection used %d new upstream connections; %d in all so far", n, used, total)
 		if total > workers*8 {
-			t.Errorf("%d upstream connections for %d sequential requests and the subtests before, want at most %d (8 idle per worker)", total, n, workers*8)
+			t.Errorf("%d upstream connections for %d sequential requests and the subtests before, want at most %d: sequential requests reuse a connection", total, n, workers*8)
 		}
 	})
 
