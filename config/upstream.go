@@ -36,8 +36,8 @@ type Upstream struct {
 	// 1..65535, default 64. Each worker holds at most its share
 	// (WorkerShare); idle pooled connections are reclaimed when another
 	// worker needs the budget. A request that finds its worker's share in
-	// use waits for one of its connections (at most ConnectTimeout); past
-	// the whole budget a request is refused at once (503).
+	// use by as many requests, or the whole budget in use, is refused at
+	// once (503).
 	MaxConnections int
 	// MaxFails consecutive connect failures or timeouts take an address out
 	// of rotation for FailTimeout (1..100, default 1); after it one request
