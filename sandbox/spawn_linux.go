@@ -129,7 +129,7 @@ func probe(flags uintptr, root bool, uid, gid int) error {
 		attr.UidMappings, attr.GidMappings, attr.GidMappingsEnableSetgroups = idMaps(root, uid, gid)
 		attr.Credential = &syscall.Credential{Uid: 0, Gid: 0}
 	}
-	_, err := syscall.ForkExec(probePath, []string{probePath}, &syscall.ProcAttr{Env: []string{}, Sys: attr})
+	_, err := ForkExec(probePath, []string{probePath}, &syscall.ProcAttr{Env: []string{}, Sys: attr})
 	switch {
 	case errors.Is(err, syscall.ENOENT):
 		return nil

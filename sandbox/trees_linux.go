@@ -99,7 +99,11 @@ func rootTree(exe string, args []string, attr *syscall.SysProcAttr, root *os.Fil
 				Pdeathsig:                  syscall.SIGKILL,
 			},
 		}
-		done <- cmd.Run()
+		err := Start(cmd)
+		if err == nil {
+			err = cmd.Wait()
+		}
+		done <- err
 	}()
 	if err := <-done; err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {

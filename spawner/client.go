@@ -71,7 +71,7 @@ func Start(opts Options) (*Client, string, error) {
 			Dir:         "/",
 			SysProcAttr: procAttr(opts),
 		}
-		err := cmd.Start()
+		err := sandbox.Start(cmd)
 		theirs.Close()
 		if err == nil {
 			c.pid = cmd.Process.Pid

@@ -139,7 +139,7 @@ func (s *server) spawn(m message, ipcFD, outFD int, rootFDs []int) {
 		Dir:         "/",
 	}
 	if err == nil {
-		err = cmd.Start()
+		err = sandbox.Start(cmd)
 	}
 	ipcF.Close()
 	out.Close()

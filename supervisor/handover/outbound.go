@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-dev/gatehouse/proto"
+	"github.com/gatehouse-dev/gatehouse/sandbox"
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 	protobuf "google.golang.org/protobuf/proto"
@@ -55,7 +56,7 @@ func execStart(o Start, handover *os.File) (Launched, error) {
 	cmd.Env = o.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{handover}
-	if err := cmd.Start(); err != nil {
+	if err := sandbox.Start(cmd); err != nil {
 		return Launched{}, fmt.Errorf("starting %s: %w", o.Path, err)
 	}
 	exited := make(chan error, 1)

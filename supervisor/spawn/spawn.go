@@ -134,7 +134,7 @@ func (st Starter) Run(slot int, gen uint64, c Command) {
 		ExtraFiles:  append([]*os.File{theirs}, roots...), // fds 3, 4..
 		SysProcAttr: attr,
 	}
-	err = cmd.Start()
+	err = sandbox.Start(cmd)
 	theirs.Close()
 	pw.Close()
 	closeFiles(trees)
