@@ -1,7 +1,9 @@
 package handover
 
 import (
+	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +135,36 @@ func TestConnsArriveInOrder(t *testing.T) {
 			}
 		case <-deadline:
 			t.Fatalf("%d of %d connections arrived", next, n)
+		}
+	}
+}
+
+// A new binary that fails says why and exits: Begin reports its reason,
+// even when it sees the exit first (its reason waits in the socket).
+func TestBeginReportsFailureBeforeExit(t *testing.T) {
+	for i := range 20 {
+		exited := make(chan error, 1)
+		launch := func(f *os.File) (Launched, error) {
+			fd, err := unix.Dup(int(f.Fd()))
+			if err != nil {
+				return Launched{}, err
+			}
+			go func() {
+				in, err := Open(fd)
+				if err != nil {
+					unix.Close(fd)
+					exited <- err
+					return
+				}
+				// The reason is sent, and the exit is seen at once.
+				in.Fail("configuration: no_such_key")
+				exited <- errors.New("exit status 2")
+			}()
+			return Launched{Exited: exited, Kill: func() {}}, nil
+		}
+		_, err := Begin(context.Background(), Start{AdminFD: -1, Timeout: 10 * time.Second, Launch: launch})
+		if err == nil || !strings.Contains(err.Error(), "no_such_key") {
+			t.Fatalf("try %d: Begin: %v, want the new binary's reason", i, err)
 		}
 	}
 }

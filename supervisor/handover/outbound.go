@@ -172,6 +172,15 @@ func Begin(ctx context.Context, o Start) (*Outbound, error) {
 		return fail(fmt.Errorf("the new binary did not answer on the hand-over socket: %v", r.err))
 	case err := <-exited:
 		exited <- err
+		// A binary that failed says why before it exits: its reason is
+		// in the socket still, whichever of the two came first here.
+		select {
+		case r := <-replies:
+			if f := r.m.GetFailed(); f != nil {
+				return fail(errors.New(f.GetReason()))
+			}
+		case <-time.After(time.Second):
+		}
 		return fail(fmt.Errorf("the new binary exited before it was ready: %v", exitText(err)))
 	case <-timer.C:
 		p.Kill()
