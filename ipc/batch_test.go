@@ -109,3 +109,71 @@ func TestStreamBatchClose(t *testing.T) {
 		t.Errorf("%d descriptors open after Close and Recv, want %d (%d before)", after, before-frames, before)
 	}
 }
+
+// TestConnRecvBatch: the supervisor's Conn takes the queued frames in one
+// receive and hands them out in order; Pending is true while it holds some,
+// and after a receive that filled its batch, false once a receive found the
+// queue emptied; frames sent meanwhile are received by the next Recv. Close
+// closes the descriptors of the frames it held.
+func TestConnRecvBatch(t *testing.T) {
+	c, s, closeConn, _ := newPair(t)
+	r, _ := pipeFDs(t)
+	send := func(first, n int) {
+		t.Helper()
+		for i := range n {
+			f := &proto.Frame{Body: &proto.Frame_Dispatch{Dispatch: &proto.Dispatch{ConnId: uint64(first + i), HasFd: true}}}
+			if err := s.Send(f, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	recv := func(want uint64) {
+		t.Helper()
+		var f proto.Frame
+		fd, err := c.Recv(&f)
+		if err != nil || f.GetDispatch().GetConnId() != want || fd < 0 {
+			t.Fatalf("frame %d: %v, fd %d, %v", want, f.Body, fd, err)
+		}
+		unix.Close(fd)
+	}
+	if c.Pending() {
+		t.Fatal("Pending before any receive")
+	}
+	// Three queued: one receive, Pending until the third is handed out.
+	send(1, 3)
+	for id := uint64(1); id <= 3; id++ {
+		recv(id)
+		if got, want := c.Pending(), id < 3; got != want || c.Held() != want {
+			t.Fatalf("after frame %d: Pending %v, Held %v, want %v", id, got, c.Held(), want)
+		}
+	}
+	// More than a batch: Pending stays true past the batch's last frame,
+	// as the queue may hold more.
+	send(4, 12)
+	for id := uint64(4); id <= 15; id++ {
+		if !c.Pending() && id != 4 {
+			t.Fatalf("before frame %d: Pending false with frames queued", id)
+		}
+		recv(id)
+		if id == 11 && c.Held() {
+			t.Fatal("Held after the last frame of a full batch")
+		}
+	}
+	if c.Pending() {
+		t.Fatal("Pending after the queue was emptied by a short receive")
+	}
+	var f proto.Frame
+	if _, err := c.Recv(&f); err != ipc.ErrWouldBlock {
+		t.Fatalf("Recv on an empty channel: %v, want ErrWouldBlock", err)
+	}
+	// Held frames' descriptors are closed with the channel.
+	send(16, 4)
+	recv(16)
+	before := len(openFDs(t))
+	if err := closeConn(); err != nil {
+		t.Fatal(err)
+	}
+	if after := len(openFDs(t)); after != before-4 {
+		t.Errorf("%d descriptors open after Close, want %d (%d before): the channel and 3 held", after, before-4, before)
+	}
+}

@@ -89,9 +89,9 @@ func NewStream(f *os.File) (*Stream, error) {
 	return s, nil
 }
 
-// recvBatch is the most frames Recv takes in one recvmmsg(2): a worker
-// reads the Dispatches the supervisor sent in one batch with one call, and
-// does not make the call that finds the channel empty after each of them.
+// recvBatch is the most frames Recv takes in one recvmmsg(2), at either
+// end: a worker reads the Dispatches the supervisor sent in one batch with
+// one call, and the supervisor the Done frames a worker sent meanwhile.
 const recvBatch = 8
 
 // Close closes the channel. It may be called while Recv runs: the next Recv

@@ -28,7 +28,11 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 	if w.wantOut {
 		return // replies are queued: read more once they are out
 	}
-	for i := 0; i < frameBatch; i++ {
+	// The channel is registered level-triggered: once a receive found it
+	// empty (Pending false), the loop waits for readiness rather than
+	// calling again to be told so. Frames already received (Held) are
+	// handled even past the bound, as no readiness would bring them back.
+	for i := 0; i < frameBatch || w.ch.Held(); i++ {
 		f := d.recvFrame
 		if f == nil {
 			f = new(proto.Frame)
@@ -59,7 +63,7 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 			// Its handler may keep it: the next frame gets a new one.
 			d.recvFrame = nil
 		}
-		if !d.frame(w, f, fd, now) || w.ch == nil || w.wantOut {
+		if !d.frame(w, f, fd, now) || w.ch == nil || w.wantOut || !w.ch.Pending() {
 			return
 		}
 	}
