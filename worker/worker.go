@@ -193,6 +193,9 @@ func (w *Worker) run(layers []*proto.SandboxLayer) error {
 			if err := w.hello(b.Hello); err != nil {
 				return err
 			}
+			// What setting up left goes back before the first round, and
+			// the collector's own code is paged in once, now.
+			memtrim.Trim()
 			ready := &proto.Frame{Body: &proto.Frame_Ready{Ready: &proto.Ready{Pid: uint32(os.Getpid()), Layers: layers, Threads: uint32(runtime.GOMAXPROCS(0))}}}
 			if err := w.ch.Send(ready, -1); err != nil {
 				return err

@@ -28,15 +28,16 @@ type Policy struct {
 	// trim (or the process's start) for a trim to be worth its collections.
 	Burst uint64
 	// Quiet is the most a process may allocate during the last two
-	// Intervals and still count as quiet: two, so that what ends a second
+	// Intervals and still count as quiet: two, so that what ends shortly
 	// after its last use (a worker's idle server goroutines) has ended.
 	Quiet uint64
 }
 
 // Default is the policy gatehouse's processes run with: a trim at most once
-// per burst of 2 MiB, two seconds after the process allocated less than
-// 64 KiB in two seconds.
-var Default = Policy{Interval: time.Second, Burst: 2 << 20, Quiet: 64 << 10}
+// per burst of 2 MiB, once the process allocated less than 48 KiB in 1.5 s,
+// so that what a burst left is given back 1.5 to 2.25 s after its end (a
+// worker's server goroutines end a second after their last job, before).
+var Default = Policy{Interval: 750 * time.Millisecond, Burst: 2 << 20, Quiet: 48 << 10}
 
 // due reports whether a trim pays, given the bytes allocated since the last
 // trim and during the last two intervals.

@@ -8,8 +8,9 @@ client addresses (scripts/bench/loadgen, --client-addrs source addresses from
             CPU per request and the load generator's own (getrusage)
   parked    RSS per parked connection after one request each (10 000 held,
             from 64 addresses), against a baseline taken after a 200-request
-            warm-up, the whole process tree (supervisor, spawner and workers;
-            nginx's master and workers)
+            warm-up on the same path (200 connections, one request each,
+            held a second and closed), the whole process tree (supervisor,
+            spawner and workers; nginx's master and workers)
   syscalls  system calls per `Connection: close` connection, supervisor and
             workers separately: totals and context switches from
             `perf stat -e raw_syscalls:sys_enter` at full speed, and the
@@ -342,21 +343,26 @@ def markdown(sm):
 
 
 def phase_parked(args, res, tmp, logdir, nethttp_bin):
-    """RSS per parked connection: a fresh server, 200 `Connection: close`
-    requests (200 connections, one request each) to warm it, a quiet wait,
-    the baseline; then --idle-conns connections each after one keep-alive
-    request, held, and the whole tree's RSS again."""
+    """RSS per parked connection: a fresh server, a warm-up of 200 requests
+    on the path measured (200 connections, one keep-alive request each,
+    held a second and closed), a quiet wait, the baseline; then --idle-conns
+    connections each after one keep-alive request, held, and the whole
+    tree's RSS again. A warm-up on another path (it was 200 `Connection:
+    close` requests) leaves the parking path's code pages and first
+    allocations to be charged to the held connections."""
     cert = setup(args, tmp)
     out = res.setdefault("parked", {"rows": []})
     out["config"] = {"conns": args.idle_conns, "rounds": args.idle_rounds, "client_addrs": 64,
-                     "warm_up": "loadgen -mode close -c 8 -n 200", "quiet_s": 2, "held_s": 3}
+                     "warm_up": "idle -n 200 -request, held 1 s", "quiet_s": 2, "held_s": 3}
     srv = servers(args, tmp, logdir, nethttp_bin, cert)
     for rnd in range(args.idle_rounds):
         for s in srv[rnd % len(srv):] + srv[:rnd % len(srv)]:
             s.start(args.nofile, "parked")
             p = None
             try:
-                warm = loadgen(args, s.addr, "close", 8, n=200)
+                wp, warm = bench.start_idle(args, s.addr, 200, True, hold=60, first=10, addrs=64)
+                time.sleep(1)
+                bench.finish_idle(wp)
                 time.sleep(2)
                 base_main, base_kids = s.rss()
                 p, ready = bench.start_idle(args, s.addr, args.idle_conns, True, hold=120, first=10, addrs=64)
@@ -370,7 +376,7 @@ def phase_parked(args, res, tmp, logdir, nethttp_bin):
                 delta = (held_main + held_kids - base_main - base_kids) * 1024.0
                 r = {"server": s.name, "round": rnd, "wanted": args.idle_conns, "opened": opened,
                      "answered": ready.get("answered"), "still_open": still, "open_errors": ready.get("errors"),
-                     "warm_up_ok": warm.get("requests_total"), "warm_up_failed": warm.get("failed"),
+                     "warm_up_answered": warm.get("answered"), "warm_up_errors": warm.get("errors"),
                      "base_main_kb": base_main, "base_children_kb": base_kids,
                      "held_main_kb": held_main, "held_children_kb": held_kids,
                      "main_bytes_per_conn": (held_main - base_main) * 1024.0 / held if held else None,
