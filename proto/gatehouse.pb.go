@@ -2226,7 +2226,11 @@ type Dispatch struct {
 	// among listener_name's certificates in Hello's order, of the one the
 	// handshake presents (0: the default). The supervisor chose it from the
 	// ClientHello it peeked, and signs for this connection with its key only.
-	Certificate   uint32 `protobuf:"varint,11,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	Certificate uint32 `protobuf:"varint,11,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// drained: carried holds all the input the socket had when the
+	// supervisor read it (its read returned less than it asked for), so a
+	// round answered at once knows without a read that no input waits.
+	Drained       bool `protobuf:"varint,12,opt,name=drained,proto3" json:"drained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2336,6 +2340,13 @@ func (x *Dispatch) GetCertificate() uint32 {
 		return x.Certificate
 	}
 	return 0
+}
+
+func (x *Dispatch) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
 }
 
 // Done returns a connection to the supervisor.
@@ -3100,7 +3111,7 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x05Ready\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\rR\x03pid\x122\n" +
 	"\x06layers\x18\x02 \x03(\v2\x1a.gatehouse.v1.SandboxLayerR\x06layers\x12\x18\n" +
-	"\athreads\x18\x03 \x01(\rR\athreads\"\xc6\x02\n" +
+	"\athreads\x18\x03 \x01(\rR\athreads\"\xe0\x02\n" +
 	"\bDispatch\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x15\n" +
 	"\x06has_fd\x18\x02 \x01(\bR\x05hasFd\x12\x1a\n" +
@@ -3114,7 +3125,8 @@ const file_gatehouse_proto_rawDesc = "" +
 	"\x03tls\x18\t \x01(\bR\x03tls\x12#\n" +
 	"\rlistener_name\x18\n" +
 	" \x01(\tR\flistenerName\x12 \n" +
-	"\vcertificate\x18\v \x01(\rR\vcertificate\"\xa0\x03\n" +
+	"\vcertificate\x18\v \x01(\rR\vcertificate\x12\x18\n" +
+	"\adrained\x18\f \x01(\bR\adrained\"\xa0\x03\n" +
 	"\x04Done\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12;\n" +
 	"\vdisposition\x18\x02 \x01(\x0e2\x19.gatehouse.v1.DispositionR\vdisposition\x12\x18\n" +

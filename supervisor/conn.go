@@ -136,6 +136,9 @@ const (
 	// flagClosing: its head says the connection closes after this
 	// request (closingHead); its dispatch gives the descriptor up.
 	flagClosing
+	// flagDrained: its carried bytes are all its socket held when they
+	// were read, and the Dispatch carrying them says so.
+	flagDrained
 )
 
 // peerAddr is a connection's peer address and port: 20 bytes where a

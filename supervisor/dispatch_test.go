@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/view"
+	"golang.org/x/sys/unix"
 )
 
 // TestAdmission: the caps applied at accept, before a byte is read. Each
@@ -533,4 +534,60 @@ func sameAddrs(a, b []netip.AddrPort) bool {
 		}
 	}
 	return true
+}
+
+// TestDispatchCarriesHead: a plain connection a worker can take at once
+// goes with its head read out of the socket, as carried bytes marked
+// drained, so the worker need not read; one that must wait for a slot keeps
+// its head in the socket (only peeked), and goes with nothing carried.
+func TestDispatchCarriesHead(t *testing.T) {
+	const head = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+	h := startLoop(t, baseConfig(1, 1, ""))
+	p := h.workers[0]
+	socketHolds := func(fd int) string {
+		b := make([]byte, 4096)
+		n, _, err := unix.Recvfrom(fd, b, unix.MSG_DONTWAIT)
+		if err != nil || n < 0 {
+			return ""
+		}
+		return string(b[:n])
+	}
+
+	h.send(h.dial("127.0.0.2"))
+	f := h.next(p)
+	first := f.GetDispatch()
+	if first == nil || f.FD < 0 {
+		t.Fatalf("got %T (fd %d), want a Dispatch with a descriptor", f.Body, f.FD)
+	}
+	if string(first.GetCarried()) != head || !first.GetDrained() {
+		t.Errorf("a connection dispatched at once: carried %q, drained %v; want the head, drained", first.GetCarried(), first.GetDrained())
+	}
+	if got := socketHolds(f.FD); got != "" {
+		t.Errorf("its socket still holds %q", got)
+	}
+	unix.Close(f.FD)
+
+	// The pool (1) is taken: the next connection waits, its head unread.
+	h.send(h.dial("127.0.0.3"))
+	h.waitFor("the second connection waiting", func(s view.Snapshot) bool { return s.Conns["waiting"] == 1 })
+	if err := p.Done(done(first.GetConnId(), 1, proto.Disposition_CLOSE)); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		f = h.next(p)
+		if f.GetPressure() == nil {
+			break
+		}
+	}
+	second := f.GetDispatch()
+	if second == nil || f.FD < 0 {
+		t.Fatalf("got %T (fd %d), want the waiting connection's Dispatch", f.Body, f.FD)
+	}
+	defer unix.Close(f.FD)
+	if len(second.GetCarried()) != 0 || second.GetDrained() {
+		t.Errorf("a connection that waited: carried %q, drained %v; want nothing", second.GetCarried(), second.GetDrained())
+	}
+	if got := socketHolds(f.FD); got != head {
+		t.Errorf("its socket holds %q, want the head", got)
+	}
 }

@@ -51,6 +51,8 @@ func (d *dispatcher) dispatch(w *workerProc, c *conn, now time.Time) {
 	m.HasFd = c.kept == nil
 	m.Listener = uint32(c.listener)
 	m.Carried = c.carried
+	m.Drained = c.flags&flagDrained != 0
+	c.flags &^= flagDrained
 	m.Requests = c.requests
 	m.AcceptedUnixNano = c.accepted.time().UnixNano()
 	m.Tls = c.tls

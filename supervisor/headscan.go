@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"encoding/binary"
 	"time"
 
@@ -13,9 +14,12 @@ import (
 // Complete heads only (docs/DESIGN.md §2.4): a worker receives a connection
 // only when its input holds a complete request head, one no parser would
 // accept, or one over the size caps. The dispatcher finds the end of a head
-// by looking at bytes (headend.Scan) and interprets nothing. The first look
-// is a recv(MSG_PEEK), which costs no copy when the head arrived whole, as it
-// almost always does; a head that did not is read into a buffer of its own
+// by looking at bytes (headend.Scan) and interprets nothing. When a worker
+// can take the connection now, the first look reads the input out, and a
+// head that arrived whole, as it almost always does, goes in the Dispatch as
+// carried bytes: the worker need not read the socket. Otherwise the first
+// look is a recv(MSG_PEEK), and a complete head waits for its slot in the
+// socket. A head that did not arrive whole is read into a buffer of its own
 // (at most headend.MaxHead bytes, counted in headBytes) and travels to the
 // worker as carried bytes, so each later wake-up reads only the new bytes.
 // A connection of a TLS listener is looked at the same way, one TLS record
@@ -69,14 +73,22 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 		return
 	}
 	if c.state != stateHead {
-		n := d.input(c, d.peekBuf, true)
+		// When a worker can take the connection now, its input is taken
+		// out of the socket and travels in the Dispatch as carried bytes:
+		// the worker answers without reading the socket first, and a
+		// head that is not complete is already out. Otherwise it is only
+		// peeked, and waits in the socket, not here.
+		take := d.canDispatchNow(c)
+		n := d.input(c, d.peekBuf, !take)
 		if n == 0 {
 			return
 		}
 		if c.state == stateIdle && emptyLines(d.peekBuf[:n]) {
 			// RFC 9112 §2.2: empty lines after a request are ignored; the
 			// connection stays idle under its keep-alive timeout.
-			sysio.Recv(c.fd, d.peekBuf[:n], 0)
+			if !take {
+				sysio.Recv(c.fd, d.peekBuf[:n], 0)
+			}
 			d.arm(c)
 			return
 		}
@@ -84,15 +96,30 @@ func (d *dispatcher) readHead(c *conn, now time.Time) {
 			if st == headend.Complete && closingHead(d.peekBuf[:n]) {
 				c.flags |= flagClosing
 			}
+			if take {
+				c.carried = d.peekBuf[:n]
+				if n < len(d.peekBuf) {
+					c.flags |= flagDrained
+				}
+			}
 			d.tryDispatch(c, now)
+			if take && c.state == stateWaiting {
+				// Not dispatched after all: the bytes are its own now,
+				// and what the socket holds will have changed.
+				c.carried = bytes.Clone(c.carried)
+				c.flags &^= flagDrained
+			}
 			return
 		}
-		// Part of a head: take it out of the socket, so later wake-ups
-		// read only what is new.
-		n, err := sysio.Recv(c.fd, d.peekBuf[:n], 0)
-		if err != nil || n <= 0 {
-			d.closeConn(c)
-			return
+		if !take {
+			// Part of a head: take it out of the socket, so later
+			// wake-ups read only what is new.
+			var err error
+			n, err = sysio.Recv(c.fd, d.peekBuf[:n], 0)
+			if err != nil || n <= 0 {
+				d.closeConn(c)
+				return
+			}
 		}
 		d.startHead(c, d.peekBuf[:n], now)
 		d.arm(c)
@@ -125,6 +152,12 @@ func emptyLines(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// canDispatchNow reports whether tryDispatch would hand plain connection c
+// to a worker at once.
+func (d *dispatcher) canDispatchNow(c *conn) bool {
+	return !c.tls && c.kept == nil && !d.overShare(c.client) && d.pickWorker(false) != nil
 }
 
 // headDecided scans c's held head and dispatches c with it as carried bytes

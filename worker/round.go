@@ -85,6 +85,9 @@ func (w *Worker) serve(st *serverState, j job) {
 		nc = tnc
 	} else {
 		st.pc.Reset(fd)
+		if d.GetDrained() && k == nil {
+			st.pc.SetDrained()
+		}
 		nc = &st.pc
 	}
 	outside := false // the connection gave its slot back for a body

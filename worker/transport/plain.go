@@ -64,6 +64,11 @@ func (c *Plain) Polled() bool { return c.f != nil }
 // waits whose unread bytes would turn the close into a reset.
 func (c *Plain) Drained() bool { return c.f == nil && c.drained }
 
+// SetDrained records that the socket held no input beyond what the
+// supervisor read and carried: Drained is true until the next read, as if
+// that read had been this connection's own.
+func (c *Plain) SetDrained() { c.drained = true }
+
 // SetNoWait makes a read that would wait fail with ErrWouldBlock (on) while
 // the connection is not under the poller, or wait again (off).
 func (c *Plain) SetNoWait(on bool) { c.noWait = on }
