@@ -399,8 +399,16 @@ def phase_parked(args, res, tmp, logdir, nethttp_bin):
                       "children_bytes_per_conn": bench.med([r["children_bytes_per_conn"] for r in rs])}
 
 
+# The calls counted one by one at full speed (perf's syscall tracepoints),
+# beside the total: the loops' own and the Go runtime's (futex, nanosleep).
+PERF_CALLS = ("accept4", "accept", "recvfrom", "sendto", "read", "write", "close", "shutdown", "recvmsg",
+              "sendmsg", "recvmmsg", "sendmmsg", "epoll_pwait", "epoll_wait", "epoll_ctl", "futex",
+              "nanosleep", "clock_nanosleep")
+
+
 def _perf_stat(pids, path):
-    return bench.spawn(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches",
+    events = ["raw_syscalls:sys_enter", "context-switches"] + ["syscalls:sys_enter_" + c for c in PERF_CALLS]
+    return bench.spawn(["perf", "stat", "-x,", "-e", ",".join(events),
                         "-p", ",".join(str(p) for p in pids), "-o", path])
 
 
@@ -446,8 +454,8 @@ def phase_syscalls(args, res, tmp, logdir, nethttp_bin):
     nginx: master, then workers; net/http: its one process)."""
     cert = setup(args, tmp)
     out = res.setdefault("syscalls", {"rows": []})
-    out["config"] = {"perf": "perf stat -e raw_syscalls:sys_enter,context-switches -p PIDS during "
-                             "loadgen -mode close -c 64 -n %d" % args.syscall_conns,
+    out["config"] = {"perf": "perf stat -e raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_{%s} "
+                             "-p PIDS during loadgen -mode close -c 64 -n %d" % (",".join(PERF_CALLS), args.syscall_conns),
                      "strace": "strace -c -f -p PID... during loadgen -mode close -c 16 -n %d" % args.strace_conns,
                      "client_addrs": args.client_addrs}
     have_strace = bool(bench.shutil.which("strace"))
@@ -471,9 +479,12 @@ def phase_syscalls(args, res, tmp, logdir, nethttp_bin):
                 row["perf_connections"], row["perf_failed"], row["perf_rps"] = n, r.get("failed"), r.get("rps")
                 for g, path, _ in stats:
                     c = _perf_read(path)
+                    calls = {k: c.get("syscalls:sys_enter_" + k, 0) for k in PERF_CALLS}
                     row["groups"].setdefault(g, {}).update(
                         syscalls_per_conn=c.get("raw_syscalls:sys_enter", 0) / n if n else None,
-                        ctx_switches_per_conn=c.get("context-switches", 0) / n if n else None)
+                        ctx_switches_per_conn=c.get("context-switches", 0) / n if n else None,
+                        perf_calls_per_conn={k: round(v / n, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])
+                                             if v} if n else {})
             if have_strace:
                 traces = []
                 for g, ps in groups:
@@ -502,8 +513,9 @@ def phase_syscalls(args, res, tmp, logdir, nethttp_bin):
 
 def syscalls_markdown(out):
     lines = ["| per `Connection: close` connection | process | system calls (perf, full speed) | "
-             "context switches | system calls (strace -c) | the calls (strace, per connection) |",
-             "|---|---|---:|---:|---:|---|"]
+             "the calls (perf, per connection) | context switches | system calls (strace -c) | "
+             "the calls (strace, per connection) |",
+             "|---|---|---:|---|---:|---:|---|"]
     for row in out.get("rows", []):
         for g, v in row["groups"].items():
             who = {"main": "main", "children": "children"}[g]
@@ -513,8 +525,9 @@ def syscalls_markdown(out):
                 who = {"main": "master", "children": "workers"}[g]
             top = ", ".join("%s %.2f" % (k, c) for k, c in list((v.get("strace_calls_per_conn") or {}).items())[:12]
                             if c >= 0.05)
-            lines.append("| %s | %s | %s | %s | %s | %s |" % (
-                NAME.get(row["server"], row["server"]), who, fmt(v.get("syscalls_per_conn"), 1),
+            ptop = ", ".join("%s %.2f" % (k, c) for k, c in (v.get("perf_calls_per_conn") or {}).items() if c >= 0.05)
+            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                NAME.get(row["server"], row["server"]), who, fmt(v.get("syscalls_per_conn"), 1), ptop,
                 fmt(v.get("ctx_switches_per_conn"), 1), fmt(v.get("strace_per_conn"), 1), top))
     return "\n".join(lines) + "\n"
 
