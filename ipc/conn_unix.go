@@ -26,22 +26,11 @@ type Conn struct {
 	iovs  []unix.Iovec
 	cmsgs []byte
 
-	// Recv's batch: the datagrams one recvmmsg(2) took (rn of them),
-	// handed out a call from rnext, in slots of rmem made at the first
-	// Recv; rfull says that receive filled the batch, so more may be queued.
-	rmem  []byte
-	roobs []byte
-	rmm   []sysio.Mmsghdr
-	riovs []unix.Iovec
-	rn    int
-	rnext int
+	// Recv's batch, made at the first Recv; rfull says its last receive
+	// filled it, so more may be queued.
+	rb    batch
 	rfull bool
 }
-
-// recvSlot is a received datagram's room: the largest frame and one spare
-// byte, which makes an oversized frame visible, rounded up to whole pages
-// so that a slot's unused pages are never touched.
-const recvSlot = (MaxFrameSize + 1 + 4095) &^ 4095
 
 // MaxBatch is the most frames one SendBatch call sends.
 const MaxBatch = 16
@@ -84,11 +73,8 @@ func (c *Conn) FD() int { return c.fd }
 // Close closes the descriptor and the descriptors of received frames not
 // yet handed out.
 func (c *Conn) Close() error {
-	for ; c.rnext < c.rn; c.rnext++ {
-		closeAll(parseRights(c.fds[:0], c.slotOOB(c.rnext)))
-	}
-	c.rn, c.rnext, c.rfull = 0, 0, false
-	c.rmem = nil
+	c.rb.closeHeld(c.fds[:0])
+	c.rfull = false
 	return unix.Close(c.fd)
 }
 
@@ -190,7 +176,7 @@ func (c *Conn) SendBatch(out []Out) (int, error) {
 // Recv takes the datagrams queued, up to recvBatch, in one recvmmsg(2) and
 // hands them out a call; Pending says whether it holds more.
 func (c *Conn) Recv(f *proto.Frame) (int, error) {
-	if c.rnext >= c.rn {
+	if !c.rb.held() {
 		if err := c.receive(); err != nil {
 			switch err {
 			case unix.EAGAIN:
@@ -201,15 +187,7 @@ func (c *Conn) Recv(f *proto.Frame) (int, error) {
 			return -1, os.NewSyscallError("recvmmsg", err)
 		}
 	}
-	i := c.rnext
-	c.rnext++
-	h := &c.rmm[i]
-	n, flags := int(h.Len), int(h.Hdr.Flags)
-	fds := parseRights(c.fds[:0], c.slotOOB(i))
-	if n == 0 && len(fds) == 0 && flags&unix.MSG_TRUNC == 0 {
-		return -1, ErrClosed
-	}
-	return check(c.rmem[i*recvSlot:i*recvSlot+n], n, flags, fds, f)
+	return c.rb.take(c.fds[:0], f)
 }
 
 // Pending reports whether Recv may return a frame at once: frames of the
@@ -222,23 +200,19 @@ func (c *Conn) Pending() bool { return c.Held() || c.rfull }
 // Held reports whether Recv holds frames it has received and not handed
 // out: they are the caller's to take (or Close), as no readiness of the
 // socket will announce them.
-func (c *Conn) Held() bool { return c.rnext < c.rn }
+func (c *Conn) Held() bool { return c.rb.held() }
 
-// receive takes the datagrams queued into the batch's slots.
+// receive takes the datagrams queued into the batch.
 func (c *Conn) receive() error {
-	c.rn, c.rnext, c.rfull = 0, 0, false
-	if c.rmem == nil {
-		c.allocSlots()
+	c.rfull = false
+	if c.rb.mm == nil {
+		c.rb.init()
 	}
-	for i := range c.rmm {
-		// The kernel overwrites these with what it received.
-		c.rmm[i].Hdr.SetControllen(oobSpace)
-		c.rmm[i].Hdr.Flags = 0
-	}
+	mm := c.rb.prepare()
 	var n int
 	var err error
 	for {
-		n, err = sysio.Recvmmsg(c.fd, c.rmm, unix.MSG_CMSG_CLOEXEC)
+		n, err = sysio.Recvmmsg(c.fd, mm, unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
 			break
 		}
@@ -246,38 +220,8 @@ func (c *Conn) receive() error {
 	if err != nil {
 		return err
 	}
-	c.rn, c.rfull = n, n == len(c.rmm)
+	c.rb.n, c.rfull = n, n == len(mm)
 	return nil
-}
-
-// oobSpace is a datagram's room for control data.
-var oobSpace = unix.CmsgSpace(oobFDs * 4)
-
-// allocSlots makes the batch's slots. Memory fresh from the system, as at
-// start, is resident only where frames were written: a slot of 68 KiB that
-// only ever held small frames costs one page. (The same slots mapped with
-// mmap(2) beside the runtime's own mappings cost the supervisor about
-// 0.8 MB more after a burst of 10 000 connections, for no reason found.)
-func (c *Conn) allocSlots() {
-	mem := make([]byte, recvBatch*recvSlot)
-	c.rmem = mem
-	c.roobs = make([]byte, recvBatch*oobSpace)
-	c.rmm = make([]sysio.Mmsghdr, recvBatch)
-	c.riovs = make([]unix.Iovec, recvBatch)
-	for i := range c.rmm {
-		iov := &c.riovs[i]
-		iov.Base = &mem[i*recvSlot]
-		iov.SetLen(MaxFrameSize + 1)
-		h := &c.rmm[i].Hdr
-		h.Iov = iov
-		h.SetIovlen(1)
-		h.Control = &c.roobs[i*oobSpace]
-	}
-}
-
-// slotOOB is the control data received into slot i.
-func (c *Conn) slotOOB(i int) []byte {
-	return c.roobs[i*oobSpace : i*oobSpace+int(c.rmm[i].Hdr.Controllen)]
 }
 
 // check validates a received datagram. It closes every descriptor on error.

@@ -22,17 +22,12 @@ type Stream struct {
 	uc *net.UnixConn
 	rc syscall.RawConn // the calls themselves: raw, non-blocking (recvmsg, sendmsg)
 
-	// Recv's state: the datagrams one recvmmsg took (rn of them), handed
-	// out one a call from rnext; recv is the poller's condition, made once.
-	rbufs [recvBatch][]byte
-	roobs [recvBatch][]byte
-	rmm   [recvBatch]sysio.Mmsghdr
-	riovs [recvBatch]unix.Iovec
-	rn    int
-	rnext int
-	rerr  error
-	fds   []int // descriptors of the last frame received, reused
-	recv  func(uintptr) bool
+	// Recv's state: the datagrams one recvmmsg took; recv is the poller's
+	// condition, made once.
+	rb   batch
+	rerr error
+	fds  []int // descriptors of the last frame received, reused
+	recv func(uintptr) bool
 	// closed is set by Close, which may run beside Recv.
 	closed atomic.Bool
 
@@ -61,25 +56,9 @@ func NewStream(f *os.File) (*Stream, error) {
 		return nil, fmt.Errorf("ipc: channel: %w", err)
 	}
 	s := &Stream{uc: uc, rc: rc, fds: make([]int, 0, oobFDs)}
-	for i := range recvBatch {
-		// Pages of a buffer are touched only as far as frames fill it.
-		s.rbufs[i] = make([]byte, MaxFrameSize+1)
-		s.roobs[i] = make([]byte, unix.CmsgSpace(oobFDs*4))
-	}
+	s.rb.init()
 	s.recv = func(fd uintptr) bool {
-		for i := range s.rmm {
-			iov := &s.riovs[i]
-			iov.Base = &s.rbufs[i][0]
-			iov.SetLen(len(s.rbufs[i]))
-			h := &s.rmm[i]
-			*h = sysio.Mmsghdr{}
-			h.Hdr.Iov = iov
-			h.Hdr.SetIovlen(1)
-			h.Hdr.Control = &s.roobs[i][0]
-			h.Hdr.SetControllen(len(s.roobs[i]))
-		}
-		s.rn, s.rerr = sysio.Recvmmsg(int(fd), s.rmm[:], unix.MSG_CMSG_CLOEXEC)
-		s.rnext = 0
+		s.rb.n, s.rerr = sysio.Recvmmsg(int(fd), s.rb.prepare(), unix.MSG_CMSG_CLOEXEC)
 		return s.rerr != unix.EAGAIN && s.rerr != unix.EINTR
 	}
 	s.send = func(fd uintptr) bool {
@@ -88,11 +67,6 @@ func NewStream(f *os.File) (*Stream, error) {
 	}
 	return s, nil
 }
-
-// recvBatch is the most frames Recv takes in one recvmmsg(2), at either
-// end: a worker reads the Dispatches the supervisor sent in one batch with
-// one call, and the supervisor the Done frames a worker sent meanwhile.
-const recvBatch = 8
 
 // Close closes the channel. It may be called while Recv runs: the next Recv
 // returns ErrClosed, closing the descriptors of the frames it took and had
@@ -133,32 +107,21 @@ func (s *Stream) Send(f *proto.Frame, fd int) error {
 // Received descriptors are close-on-exec (MSG_CMSG_CLOEXEC).
 func (s *Stream) Recv(f *proto.Frame) (int, error) {
 	if s.closed.Load() {
-		for ; s.rnext < s.rn; s.rnext++ {
-			h := &s.rmm[s.rnext].Hdr
-			closeAll(parseRights(s.fds[:0], s.roobs[s.rnext][:h.Controllen]))
-		}
+		s.rb.closeHeld(s.fds[:0])
 		return -1, ErrClosed
 	}
-	if s.rnext >= s.rn {
+	if !s.rb.held() {
 		err := s.rc.Read(s.recv)
 		if err == nil {
 			err = s.rerr
 		}
 		if err != nil {
-			s.rn = 0
+			s.rb.n = 0
 			if errors.Is(err, unix.ECONNRESET) {
 				return -1, ErrClosed
 			}
 			return -1, fmt.Errorf("ipc: receiving frame: %w", err)
 		}
 	}
-	i := s.rnext
-	s.rnext++
-	h := &s.rmm[i]
-	n, flags := int(h.Len), int(h.Hdr.Flags)
-	fds := parseRights(s.fds[:0], s.roobs[i][:h.Hdr.Controllen])
-	if n == 0 && len(fds) == 0 && flags&unix.MSG_TRUNC == 0 {
-		return -1, ErrClosed
-	}
-	return check(s.rbufs[i][:n], n, flags, fds, f)
+	return s.rb.take(s.fds[:0], f)
 }
