@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,6 +33,16 @@ import (
 type Plain struct {
 	fd int
 	f  *os.File // the descriptor under the poller, owning it; nil until then
+	// rc is f's raw access. Under the poller the reads and writes are
+	// still raw calls, and the poller is used only to wait: a call the Go
+	// runtime counts as a system call wakes its monitor thread and may
+	// hand the worker's one processor to another thread.
+	rc syscall.RawConn
+	// readFn and writeFn are the raw calls rc makes, bound once under the
+	// poller; rio and wio hold their buffers and results (a read and a
+	// write may run at once, as on an *os.File).
+	readFn, writeFn func(uintptr) bool
+	rio, wio        rawIO
 	// rd and wd are the deadlines set before f exists, given to it then.
 	rd, wd time.Time
 	// noWait makes a read that would block fail with ErrWouldBlock
@@ -92,12 +103,83 @@ func (c *Plain) Read(p []byte) (int, error) {
 		}
 		c.Poll()
 	}
-	return c.f.Read(p)
+	return c.polledRead(p)
+}
+
+// rawIO is the buffer of a raw call made under the poller, and its result.
+type rawIO struct {
+	p   []byte
+	n   int
+	err error
+}
+
+// polledRead reads p with raw calls under the poller: at once, and again
+// each time the socket is readable, within the deadline. It fails as
+// *os.File's Read does: at once when the deadline has passed, then at
+// the deadline.
+func (c *Plain) polledRead(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.rio = rawIO{p: p}
+	n, err := c.rio.done(c.rc.Read(c.readFn), "read")
+	if err == nil && n == 0 {
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// polledWrite writes all of p with raw calls under the poller, waiting for
+// room within the deadline, as *os.File's Write does.
+func (c *Plain) polledWrite(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.wio = rawIO{p: p}
+	return c.wio.done(c.rc.Write(c.writeFn), "write")
+}
+
+// done returns the count and the error of the raw calls, or waitErr, the
+// wait's, as op's *os.PathError; it lets the buffer go.
+func (r *rawIO) done(waitErr error, op string) (int, error) {
+	n, err := r.n, r.err
+	*r = rawIO{}
+	if waitErr != nil {
+		err = &os.PathError{Op: op, Path: "conn", Err: waitErr}
+	}
+	return n, err
+}
+
+// rawRead is readFn: one read, or false to wait when there is nothing.
+func (c *Plain) rawRead(fd uintptr) bool {
+	n, err := IgnoringEINTR(func() (int, error) { return sysio.Read(int(fd), c.rio.p) })
+	switch {
+	case err == unix.EAGAIN:
+		return false
+	case err != nil:
+		c.rio.err = &os.PathError{Op: "read", Path: "conn", Err: err}
+	}
+	c.rio.n = n
+	return true
+}
+
+// rawWrite is writeFn: it writes until all of the buffer is sent, or
+// returns false to wait when the socket's buffer is full.
+func (c *Plain) rawWrite(fd uintptr) bool {
+	n, err := sendNow(len(c.wio.p)-c.wio.n, func(off int) (int, error) {
+		return sysio.Write(int(fd), c.wio.p[c.wio.n+off:])
+	})
+	c.wio.n += n
+	if err != nil {
+		c.wio.err = err
+		return true
+	}
+	return c.wio.n == len(c.wio.p)
 }
 
 func (c *Plain) Write(p []byte) (int, error) {
 	if c.f != nil {
-		return c.f.Write(p)
+		return c.polledWrite(p)
 	}
 	n, err := sendNow(len(p), func(off int) (int, error) { return sysio.Write(c.fd, p[off:]) })
 	if err != nil || n == len(p) {
@@ -106,7 +188,7 @@ func (c *Plain) Write(p []byte) (int, error) {
 	// The socket's buffer is full: the rest waits under the poller, within
 	// the write deadline.
 	c.Poll()
-	m, err := c.f.Write(p[n:])
+	m, err := c.polledWrite(p[n:])
 	return n + m, err
 }
 
@@ -128,14 +210,14 @@ func (c *Plain) WriteParts(a, b []byte, more bool) (int, error) {
 	if err != nil || n == total {
 		return n, err
 	}
-	f := c.Poll()
+	c.Poll()
 	if n < len(a) {
-		m, err := f.Write(a[n:])
+		m, err := c.polledWrite(a[n:])
 		if n += m; err != nil {
 			return n, err
 		}
 	}
-	m, err := f.Write(b[n-len(a):])
+	m, err := c.polledWrite(b[n-len(a):])
 	return n + m, err
 }
 
@@ -169,6 +251,9 @@ func (c *Plain) Close() error {
 func (c *Plain) Poll() *os.File {
 	if c.f == nil {
 		c.f = os.NewFile(uintptr(c.fd), "conn")
+		// An *os.File of a socket always has a raw access.
+		c.rc, _ = c.f.SyscallConn()
+		c.readFn, c.writeFn = c.rawRead, c.rawWrite
 		if !c.rd.IsZero() {
 			c.f.SetReadDeadline(c.rd)
 		}

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -208,5 +209,86 @@ func TestPlainConnWritePartsWaits(t *testing.T) {
 	n, err := c.WriteParts(a, b, false)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n >= len(want) {
 		t.Fatalf("write to a peer that never reads: %d bytes, %v; want the deadline", n, err)
+	}
+}
+
+// Once under the poller, the connection goes on reading and writing (its
+// calls raw, the poller only waiting) as an *os.File would: rounds in both
+// directions at once, a deadline already past failing at once even with
+// input there, and the peer's end read as EOF.
+func TestPlainConnUnderPoller(t *testing.T) {
+	c, peer := plainPair(t)
+	c.Poll()
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	c.SetWriteDeadline(time.Now().Add(time.Minute))
+	const rounds = 200
+	echoed := make(chan error, 1)
+	go func() {
+		// The peer writes a round, then reads the answer.
+		buf := make([]byte, 64)
+		for i := 0; i < rounds; i++ {
+			if _, err := unix.Write(peer, []byte("ping")); err != nil {
+				echoed <- err
+				return
+			}
+			if n, err := unix.Read(peer, buf); err != nil || string(buf[:n]) != "pong" {
+				echoed <- fmt.Errorf("round %d: peer read %q, %v", i, buf[:n], err)
+				return
+			}
+		}
+		echoed <- nil
+	}()
+	buf := make([]byte, 64)
+	for i := 0; i < rounds; i++ {
+		n, err := c.Read(buf)
+		if err != nil || string(buf[:n]) != "ping" {
+			t.Fatalf("round %d: read %q, %v", i, buf[:n], err)
+		}
+		if n, err := c.Write([]byte("pong")); err != nil || n != 4 {
+			t.Fatalf("round %d: wrote %d, %v", i, n, err)
+		}
+	}
+	if err := <-echoed; err != nil {
+		t.Fatal(err)
+	}
+
+	// A read and a write at once, each waiting on its own.
+	big := bytes.Repeat([]byte("y"), 2<<20)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Write(big)
+		wrote <- err
+	}()
+	go func() {
+		got := 0
+		rb := make([]byte, 64<<10)
+		for got < len(big) {
+			n, err := unix.Read(peer, rb)
+			if err != nil || n == 0 {
+				break
+			}
+			got += n
+		}
+		unix.Write(peer, []byte("late"))
+	}()
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "late" {
+		t.Fatalf("read beside a write: %q, %v", buf[:n], err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("write beside a read: %v", err)
+	}
+
+	unix.Write(peer, []byte("there"))
+	c.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline with input there: %v, want the deadline", err)
+	}
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "there" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	unix.Shutdown(peer, unix.SHUT_WR)
+	if _, err := c.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer's shutdown: %v, want EOF", err)
 	}
 }
