@@ -291,4 +291,19 @@ func TestPlainConnUnderPoller(t *testing.T) {
 	if _, err := c.Read(buf); err != io.EOF {
 		t.Fatalf("read after the peer's shutdown: %v, want EOF", err)
 	}
+
+	// Reset onto another connection (a server's next dispatch): once
+	// under the poller, the raw calls act on the new socket.
+	c2, peer2 := plainPair(t)
+	c.Close()
+	c.Reset(c2.fd)
+	c2.fd = -1 // c owns it now
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		unix.Write(peer2, []byte("next"))
+	}()
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "next" || c.f == nil {
+		t.Fatalf("read after Reset: %q, %v (under the poller: %v)", buf[:n], err, c.f != nil)
+	}
 }
