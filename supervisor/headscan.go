@@ -279,7 +279,13 @@ func (d *dispatcher) readTLS(c *conn, now time.Time) {
 		unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
 		c.flags &^= flagLowat
 	}
+	if c.kept == nil {
+		// A dispatch now chooses the certificate from these bytes
+		// (openHandshake) instead of peeking at them again.
+		d.hello, d.helloLen = c, n
+	}
 	d.tryDispatch(c, now)
+	d.hello = nil
 }
 
 // notTLS closes a connection to a TLS listener that does not start with a

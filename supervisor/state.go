@@ -189,6 +189,10 @@ type streamBudget struct {
 type headWatch struct {
 	headBytes int    // bytes held in incomplete heads
 	peekBuf   []byte // headend.MaxHead bytes (more than a PROXY header), for peeks and reads
+	// hello is the new TLS connection whose whole first record readTLS
+	// has just peeked into peekBuf[:helloLen], while it dispatches it.
+	hello    *conn
+	helloLen int
 
 	// Stress mode: on while admission has been under pressure (the queued
 	// cap, the descriptor reserve or the head budget nearly reached, or

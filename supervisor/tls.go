@@ -21,11 +21,12 @@ import (
 // and the loop answers it.
 
 // openHandshake chooses the certificate of the handshake of c, a new TLS
-// connection dispatched to w with m, from the ClientHello, peeked again
-// (the dispatcher saw the whole record in the socket, and nothing has read
-// it since), among the certificates w was started with. The worker presents
-// it (m.Certificate), and c may have one signature with its key until its
-// Done (secrets.Grant).
+// connection dispatched to w with m, from the ClientHello among the
+// certificates w was started with. The ClientHello is the record readTLS
+// has just peeked, when it dispatches c at once (d.hello), or peeked again:
+// the dispatcher saw the whole record in the socket, and nothing has read
+// it since. The worker presents the certificate (m.Certificate), and c may
+// have one signature with its key until its Done (secrets.Grant).
 func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
 	d.c.tlsHandshakes++
 	lc := w.keys.Listener(m.GetListenerName())
@@ -33,7 +34,9 @@ func (d *dispatcher) openHandshake(w *workerProc, c *conn, m *proto.Dispatch) {
 		return
 	}
 	var h *clienthello.Hello
-	if n, err := sysio.Recv(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
+	if d.hello == c {
+		h, _ = clienthello.Parse(d.peekBuf[:d.helloLen])
+	} else if n, err := sysio.Recv(c.fd, d.peekBuf[:recordMax+recordHeader], unix.MSG_PEEK); err == nil {
 		h, _ = clienthello.Parse(d.peekBuf[:n])
 	}
 	i, g := lc.Choose(h)
