@@ -236,8 +236,8 @@ func (cs *connServer) localPort() string {
 const drainedFresh = time.Millisecond
 
 // inputEmpty reports whether the connection holds no input: none buffered
-// here and none in the socket. A plain connection whose last read used up
-// the socket's input, in a round answered at once, is known to hold none
+// here and none in the socket. A connection whose last read used up the
+// socket's input, in a round answered at once, is known to hold none
 // without a peek (a system call per closing connection; nginx's rule too
 // looks only at what it knows); bytes a client sends after asking to
 // close, which it may not (RFC 9112 §9.6), can come after a peek as well.
@@ -247,8 +247,13 @@ func (cs *connServer) inputEmpty() bool {
 	if cs.pending() > 0 {
 		return false
 	}
-	if pc, ok := cs.nc.(*transport.Plain); ok && !cs.tls && pc.Drained() && time.Since(cs.roundStart) < drainedFresh {
-		return true
+	if time.Since(cs.roundStart) < drainedFresh {
+		if cs.tls && cs.tt.Drained() {
+			return true
+		}
+		if pc, ok := cs.nc.(*transport.Plain); ok && !cs.tls && pc.Drained() {
+			return true
+		}
 	}
 	n, err := sysio.Peek(cs.sockFD(), cs.peek1[:])
 	return err == unix.EAGAIN || err == nil && n == 0

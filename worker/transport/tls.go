@@ -19,7 +19,11 @@ import (
 // the worker has not read stays in the socket, starting at a record
 // boundary, where the dispatcher looks for the next complete record of a
 // parked connection. At a boundary it peeks first, and a record found whole
-// is read in one read, not a header and a body.
+// is read in one read, not a header and a body. A ChangeCipherSpec record
+// is read together with the record after it, when that is whole too:
+// crypto/tls reads on past a ChangeCipherSpec in the same call, so it never
+// holds that record unread, and a TLS 1.3 client's compatibility
+// ChangeCipherSpec costs no peek and read of its own.
 type TLS struct {
 	*os.File
 	fd int             // the socket, for peeks
@@ -31,8 +35,12 @@ type TLS struct {
 	hdrN      int // header bytes read of the current record
 	left      int // body bytes of the current record not read yet
 	// whole is the size of the next record, header included, when a peek
-	// at a record boundary found it complete in the socket; 0 otherwise.
+	// at a record boundary found it complete in the socket (of the next
+	// two, after a ChangeCipherSpec); 0 otherwise.
 	whole int
+	// exact: that peek found nothing after those records. drained: the
+	// last read took them, so the socket held nothing more then.
+	exact, drained bool
 	// noWait: at a record boundary, a read finds the next record complete
 	// in the socket or fails with ErrNoRecord instead of waiting.
 	noWait bool
@@ -67,6 +75,9 @@ func (noRecordError) Temporary() bool { return true }
 // recordHeader is a TLS record header's size.
 const recordHeader = 5
 
+// recordChangeCipherSpec is a ChangeCipherSpec record's content type.
+const recordChangeCipherSpec = 0x14
+
 // recordMax bounds a record's body (TLSCiphertext.length).
 const recordMax = 1<<14 + 2048
 
@@ -79,6 +90,7 @@ func (t *TLS) boundary() bool {
 }
 
 func (t *TLS) Read(p []byte) (int, error) {
+	t.drained = false
 	if t.boundary() && t.whole == 0 {
 		if t.noWait {
 			if t.peek() != peekRecord {
@@ -102,9 +114,11 @@ func (t *TLS) Read(p []byte) (int, error) {
 	}
 	n, err := t.read(p)
 	if n > 0 {
+		t.drained = t.exact && n == t.whole
 		t.whole = 0
 	}
 	for b := p[:n]; len(b) > 0; {
+		t.boundary() // a read past a ChangeCipherSpec runs on into the next record
 		if t.hdrN < recordHeader {
 			c := copy(t.hdr[t.hdrN:], b)
 			b = b[c:]
@@ -157,6 +171,11 @@ func (t *TLS) Write(p []byte) (int, error) {
 	return n + m, err
 }
 
+// Drained reports whether the last read took every byte the socket held
+// (as a peek just before it found), so that the socket held no more input
+// then.
+func (t *TLS) Drained() bool { return t.drained }
+
 // Buffered reports whether the next record is complete in the socket (its
 // size kept in whole), or the socket has an end or an error for a read to
 // return. A record header declaring more than a record may hold counts as
@@ -187,15 +206,23 @@ func (t *TLS) peek() peekResult {
 	case n < recordHeader:
 		return peekPartial
 	}
-	size := int(binary.BigEndian.Uint16((*buf)[3:5]))
+	b := (*buf)[:n]
+	size := int(binary.BigEndian.Uint16(b[3:5]))
 	switch {
 	case size > recordMax:
 		return peekRecord
-	case n >= recordHeader+size:
-		t.whole = recordHeader + size
-		return peekRecord
+	case n < recordHeader+size:
+		return peekPartial
 	}
-	return peekPartial
+	t.whole = recordHeader + size
+	if b[0] == recordChangeCipherSpec && n >= t.whole+recordHeader {
+		if next := recordHeader + int(binary.BigEndian.Uint16(b[t.whole+3:t.whole+5])); next <= recordHeader+recordMax && t.whole+next <= n {
+			t.whole += next
+		}
+	}
+	// A full buffer may have left more in the socket.
+	t.exact = n == t.whole && n < len(*buf)
+	return peekRecord
 }
 
 // SetNoWait makes a read at a record boundary find the next record complete

@@ -80,6 +80,52 @@ func TestTLSTransportReadsWholeRecords(t *testing.T) {
 	}
 }
 
+// TestTLSTransportChangeCipherSpec: a ChangeCipherSpec is read with the
+// whole record after it in one read, and only with a whole one; records
+// after those are still read one by one. Drained says whether a read took
+// all the socket held.
+func TestTLSTransportChangeCipherSpec(t *testing.T) {
+	tt, peer := transportPair(t)
+	tt.noWait = true
+	ccs := []byte{recordChangeCipherSpec, 3, 3, 0, 1, 1}
+	fin, req, next := record(53, 'f'), record(67, 'r'), record(40, 'n')
+	buf := make([]byte, 4096)
+
+	write(t, peer, append(append([]byte{}, ccs...), fin...))
+	n, err := tt.Read(buf)
+	if want := append(append([]byte{}, ccs...), fin...); err != nil || !bytes.Equal(buf[:n], want) {
+		t.Fatalf("ChangeCipherSpec and a whole record: read %d bytes, %v; want both (%d bytes)", n, err, len(want))
+	}
+	if !tt.Drained() {
+		t.Error("a read that took all the socket held is not Drained")
+	}
+
+	// A ChangeCipherSpec before a record still arriving is read alone.
+	write(t, peer, append(append([]byte{}, ccs...), req[:20]...))
+	if n, err := tt.Read(buf); err != nil || !bytes.Equal(buf[:n], ccs) {
+		t.Fatalf("ChangeCipherSpec before a partial record: read %q, %v; want the ChangeCipherSpec alone", buf[:n], err)
+	}
+	if tt.Drained() {
+		t.Error("a read that left part of a record in the socket is Drained")
+	}
+	write(t, peer, append(req[20:], next...))
+	if n, err := tt.Read(buf); err != nil || !bytes.Equal(buf[:n], req) {
+		t.Fatalf("record after the ChangeCipherSpec: read %d bytes, %v; want it alone (%d bytes)", n, err, len(req))
+	}
+	if tt.Drained() {
+		t.Error("a read that left a record in the socket is Drained")
+	}
+	if n, err := tt.Read(buf); err != nil || !bytes.Equal(buf[:n], next) {
+		t.Fatalf("last record: read %d bytes, %v; want it (%d bytes)", n, err, len(next))
+	}
+	if !tt.Drained() {
+		t.Error("the last record's read is not Drained")
+	}
+	if _, err := tt.Read(buf); !errors.Is(err, ErrNoRecord) {
+		t.Fatalf("read of an empty socket without waiting: %v, want ErrNoRecord", err)
+	}
+}
+
 // TestTLSTransportWaitingRead: a read that may wait waits for input under
 // the deadline and reads a record that arrives in parts as it comes; an
 // oversized header is handed over at once (crypto/tls fails on it).
