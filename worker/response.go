@@ -157,6 +157,10 @@ func (r *response) finish() error {
 		_, r.err = r.cs.bw.WriteString("\r\n")
 	}
 	if r.err == nil {
+		if !r.keep && r.cs.tls && r.cs.bw.Buffered() > 0 {
+			// The close_notify follows: a small last write waits for it.
+			r.cs.tt.Hold()
+		}
 		r.err = r.cs.bw.Flush()
 	}
 	if r.declared >= 0 && r.written < r.declared && r.req.Method != http.MethodHead {

@@ -132,9 +132,11 @@ func (w *Worker) serve(st *serverState, j job) {
 			// back to the supervisor as always.
 			kept = w.keepPlain(d.GetConnId(), fd)
 		case tc != nil:
-			// close_notify, bounded like any write.
+			// close_notify, bounded like any write, with the last
+			// response's bytes it held back (transport.TLS.Hold).
 			tnc.SetWriteDeadline(time.Now().Add(w.cfg.Limits.WriteTimeout))
 			tc.CloseWrite()
+			tc.NetConn().(*transport.TLS).Flush()
 		}
 		if disp == proto.Disposition_LINGER {
 			unix.Shutdown(fd, unix.SHUT_WR)

@@ -44,6 +44,9 @@ type TLS struct {
 	// noWait: at a record boundary, a read finds the next record complete
 	// in the socket or fails with ErrNoRecord instead of waiting.
 	noWait bool
+	// hold: the next write, if small, is kept in held (Hold).
+	hold bool
+	held *[]byte
 }
 
 // NewTLS returns the transport of socket fd, under the runtime's poller as
@@ -161,14 +164,69 @@ func (t *TLS) read(p []byte) (int, error) {
 }
 
 // Write writes what the socket takes at once, and waits under the file's
-// deadlines only for the rest.
+// deadlines only for the rest. Bytes held back (Hold) go first, in the
+// same write.
 func (t *TLS) Write(p []byte) (int, error) {
+	if t.hold {
+		t.hold = false
+		if len(p) <= holdMax {
+			t.held = heldBufs.Get().(*[]byte)
+			*t.held = append((*t.held)[:0], p...)
+			return len(p), nil
+		}
+	}
+	if t.held == nil {
+		return t.write(p)
+	}
+	b := append(*t.held, p...)
+	held := len(b) - len(p)
+	*t.held = b
+	n, err := t.write(b)
+	t.release()
+	return max(0, n-held), err
+}
+
+func (t *TLS) write(p []byte) (int, error) {
 	n, err := sendNow(len(p), func(off int) (int, error) { return sysio.Write(t.fd, p[off:]) })
 	if err != nil || n == len(p) {
 		return n, err
 	}
 	m, err := t.File.Write(p[n:])
 	return n + m, err
+}
+
+// holdMax bounds a write Hold keeps back: far less than a socket's send
+// buffer, so it leaves at once with the write after it.
+const holdMax = 4 << 10
+
+// heldBufs holds the buffers of held writes.
+var heldBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 2*holdMax)
+	return &b
+}}
+
+// Hold keeps the next write back, if it is at most holdMax bytes, to go
+// out with the write after it (or Flush): a closing connection's last
+// response then leaves with its close_notify in one write.
+func (t *TLS) Hold() { t.hold = true }
+
+// Flush writes what Hold kept back, if anything, and ends a Hold no write
+// used.
+func (t *TLS) Flush() error {
+	t.hold = false
+	if t.held == nil {
+		return nil
+	}
+	_, err := t.write(*t.held)
+	t.release()
+	return err
+}
+
+func (t *TLS) release() {
+	if cap(*t.held) <= 2*holdMax {
+		heldBufs.Put(t.held)
+	}
+	t.held = nil
 }
 
 // Drained reports whether the last read took every byte the socket held

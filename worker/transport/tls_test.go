@@ -196,3 +196,74 @@ func TestTLSTransportTimeoutInsideRecord(t *testing.T) {
 		t.Fatalf("read %q, want the record", got)
 	}
 }
+
+// TestTLSTransportHold: a small write held back leaves with the next in
+// one write (one datagram on a SEQPACKET pair); Flush sends one that no
+// write followed; a write larger than holdMax is never held.
+func TestTLSTransportHold(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.SetNonblock(fds[0], true)
+	f := os.NewFile(uintptr(fds[0]), "conn")
+	defer f.Close()
+	defer unix.Close(fds[1])
+	tt, err := NewTLS(f, fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.SetNonblock(fds[1], true)
+	packets := func() []string {
+		var out []string
+		buf := make([]byte, 64<<10)
+		for range 10 {
+			n, err := unix.Read(fds[1], buf)
+			if err != nil {
+				break
+			}
+			out = append(out, string(buf[:n]))
+		}
+		return out
+	}
+
+	tt.Hold()
+	if n, err := tt.Write([]byte("response")); n != 8 || err != nil {
+		t.Fatalf("held write: %d, %v", n, err)
+	}
+	if got := packets(); len(got) != 0 {
+		t.Fatalf("a held write was sent: %q", got)
+	}
+	if n, err := tt.Write([]byte("alert")); n != 5 || err != nil {
+		t.Fatalf("write after the held one: %d, %v; want 5", n, err)
+	}
+	if got := packets(); len(got) != 1 || got[0] != "responsealert" {
+		t.Fatalf("sent %q, want one write of both", got)
+	}
+
+	tt.Hold()
+	tt.Write([]byte("last"))
+	if err := tt.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := packets(); len(got) != 1 || got[0] != "last" {
+		t.Fatalf("flushed %q, want the held write", got)
+	}
+	tt.Write([]byte("plain"))
+	if got := packets(); len(got) != 1 || got[0] != "plain" {
+		t.Fatalf("after Flush, a write sent %q, want it alone at once", got)
+	}
+
+	big := bytes.Repeat([]byte{'b'}, holdMax+1)
+	tt.Hold()
+	tt.Write(big)
+	if got := packets(); len(got) != 1 || len(got[0]) != len(big) {
+		t.Fatalf("a write over holdMax was held: %d writes sent", len(got))
+	}
+	if err := tt.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := packets(); len(got) != 0 {
+		t.Fatalf("Flush after an unheld write sent %q", got)
+	}
+}
