@@ -100,16 +100,10 @@ func newSignPool(s *Supervisor) secrets.Pool[signMsg] {
 	})
 }
 
-// yieldEvery is how long the loop runs before it yields the processor
-// (runtime.Gosched). Under load it never blocks, and a goroutine that runs
-// 10 ms without rescheduling is preempted by the runtime's monitor thread,
-// which then polls every 20 µs for the next millisecond: about a thousand
-// nanosleeps a second, and a hand-off of the loop to another thread. A
-// yield well inside those 10 ms costs one pass through the scheduler.
-const yieldEvery = 2 * time.Millisecond
-
-// run is the loop.
+// run is the loop. It locks its OS thread: waiting for readiness blocks it.
 func (d *dispatcher) run() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	defer d.p.Close()
 
 	now := d.s.now()
@@ -152,10 +146,6 @@ func (d *dispatcher) run() error {
 		}
 		d.tick(now)
 		d.signalPressure()
-		if now.Sub(d.yielded) >= yieldEvery {
-			d.yielded = now
-			runtime.Gosched()
-		}
 		if d.stopping && d.finished(now) {
 			d.teardown()
 			return nil

@@ -43,7 +43,6 @@ type dispatcher struct {
 	upgrade upgradeState
 
 	nextPing     time.Time
-	yielded      time.Time // when the loop last yielded (yieldEvery)
 	stopping     bool
 	stopDeadline time.Time
 	scratch      []byte
