@@ -100,13 +100,16 @@ func chosenCertificate(list []*tls.Certificate, hi *tls.ClientHelloInfo) (*tls.C
 var errSignOverloaded = errors.New("worker: signing refused over the in-flight cap")
 
 // handshakeInfo rides in a handshake's context (handshakeKey): the
-// connection and the certificate its Dispatch named, and the flag Sign
-// sets when it refuses over the cap: crypto/tls keeps only the text of a
-// signer's error, and the round reports the refusal as its outcome.
+// connection and the certificate its Dispatch named, the handshake's
+// deadline, and the flags Sign sets when it refuses over the cap or its
+// reply does not come by the deadline: crypto/tls keeps only the text of
+// a signer's error, and the round reports either as its outcome.
 type handshakeInfo struct {
-	connID  uint64
-	cert    int
-	refused atomic.Bool
+	connID   uint64
+	cert     int
+	deadline time.Time
+	refused  atomic.Bool
+	timedOut atomic.Bool
 }
 
 type handshakeKey struct{}
@@ -139,14 +142,25 @@ func (s *remoteSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) 
 		Pss:    pss,
 		ConnId: s.connID,
 	}}}
+	hs, _ := ctx.Value(handshakeKey{}).(*handshakeInfo)
+	if hs != nil {
+		// The handshake's context has no deadline of its own (handshake):
+		// the wait for the reply is bounded here.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, hs.deadline)
+		defer cancel()
+	}
 	r, err := s.w.calls.callNow(ctx, f)
-	if errors.Is(err, errOverloaded) {
-		if hs, ok := ctx.Value(handshakeKey{}).(*handshakeInfo); ok {
+	switch {
+	case errors.Is(err, errOverloaded):
+		if hs != nil {
 			hs.refused.Store(true)
 		}
 		return nil, errSignOverloaded
-	}
-	if err != nil {
+	case errors.Is(err, context.DeadlineExceeded) && hs != nil:
+		hs.timedOut.Store(true)
+		return nil, err
+	case err != nil:
 		return nil, err
 	}
 	rep := r.f.GetSignReply()
@@ -170,18 +184,19 @@ func (w *Worker) handshake(d *proto.Dispatch, nc *os.File, fd int) (*tls.Conn, p
 		return nil, proto.Outcome_BAD_REQUEST, err
 	}
 	tc := tls.Server(tt, cfg)
-	hs := &handshakeInfo{connID: d.GetConnId(), cert: int(d.GetCertificate())}
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), handshakeKey{}, hs), handshakeTimeout)
-	defer cancel()
-	nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	err = tc.HandshakeContext(ctx)
+	hs := &handshakeInfo{connID: d.GetConnId(), cert: int(d.GetCertificate()), deadline: time.Now().Add(handshakeTimeout)}
+	// The deadline bounds every read and write of the handshake, and Sign
+	// its wait for the reply. The context carries no deadline: crypto/tls
+	// would start a goroutine per handshake to watch it.
+	nc.SetDeadline(hs.deadline)
+	err = tc.HandshakeContext(context.WithValue(context.Background(), handshakeKey{}, hs))
 	nc.SetDeadline(time.Time{})
 	switch {
 	case err == nil:
 		return tc, proto.Outcome_OK, nil
 	case hs.refused.Load():
 		return nil, proto.Outcome_OVERLOADED, err
-	case isTimeout(err) || errors.Is(err, context.DeadlineExceeded):
+	case hs.timedOut.Load() || isTimeout(err):
 		return nil, proto.Outcome_TIMEOUT, err
 	case errors.Is(err, io.EOF):
 		return nil, proto.Outcome_PEER_CLOSED, err

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -151,5 +152,44 @@ func TestHandshakeOverloadedFailsAtOnce(t *testing.T) {
 	}
 	if signs() != 1 {
 		t.Errorf("%d Sign requests reached the supervisor, want 1", signs())
+	}
+}
+
+// A Sign whose reply never comes ends at the handshake's deadline, which
+// rides in the handshake's context (handshakeInfo) without being the
+// context's own, and the handshake counts as timed out.
+func TestHandshakeSignWaitEndsAtDeadline(t *testing.T) {
+	never := func(*proto.Frame, *ecdsa.PrivateKey) *proto.Frame { return nil }
+	cfg, signs := signingWorker(t, 4, never)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() {
+		c := tls.Client(a, &tls.Config{ServerName: "a.test", InsecureSkipVerify: true})
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Handshake()
+	}()
+	hs := &handshakeInfo{deadline: time.Now().Add(200 * time.Millisecond)}
+	ctx := context.WithValue(context.Background(), handshakeKey{}, hs)
+	if ctx.Done() != nil {
+		t.Fatal("the handshake's context has a Done channel: crypto/tls would watch it with a goroutine")
+	}
+	s := tls.Server(b, cfg)
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	done := make(chan error, 1)
+	go func() { done <- s.HandshakeContext(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a handshake whose Sign was never answered succeeded")
+		}
+		if !hs.timedOut.Load() {
+			t.Errorf("handshake failed with %v, not marked timed out", err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the Sign wait outlasted its deadline")
+	}
+	if signs() != 1 {
+		t.Errorf("%d Sign requests, want 1", signs())
 	}
 }
