@@ -1180,7 +1180,8 @@ def main():
     ap.add_argument("--gatehouse", default=os.path.join(ROOT, "bin", "gatehouse"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
-    ap.add_argument("--conns", default="64,256,1000")
+    ap.add_argument("--conns", default="64,256,1000",
+                    help="client counts of the throughput and conns phases (the conns phase's TLS handshakes run at 64)")
     ap.add_argument("--phases", default="conns,parked,syscalls,real,upgrade",
                     help="comma-separated; also throughput, realprofile, reallevers, idle, attack, distributed, "
                          "costs, profile, tls, tlsprofile, ipc")

@@ -203,7 +203,8 @@ def phase_conns(args, res, tmp, logdir, nethttp_bin):
     cert = setup(args, tmp)
     out = res.setdefault("conns", {})
     out["config"] = {
-        "loads": ["%s c=%d%s" % (t, c, " tls" if tls else "") for t, _, c, tls in LOADS],
+        "loads": ["%s c=%d%s" % (t, c, " tls" if tls else "") for t, _, c, tls in LOADS
+                  if t in args.conns_loads.split(",") and c in args.conns],
         "duration_s": args.duration, "rounds": args.rounds, "client_addrs": args.client_addrs,
         "client": "scripts/bench/loadgen (epoll engine for plain HTTP, a goroutine a client for TLS)",
         "gatehouse-shipped": "every key at its default (workers 4x16), access log on to a file",
@@ -219,7 +220,7 @@ def phase_conns(args, res, tmp, logdir, nethttp_bin):
     try:
         for rnd in range(args.rounds):
             for tag, mode, c, tls in LOADS:
-                if tag not in args.conns_loads.split(","):
+                if tag not in args.conns_loads.split(",") or c not in args.conns:
                     continue
                 for s in srv[rnd % len(srv):] + srv[:rnd % len(srv)]:
                     pid, kids = s.pids()
