@@ -121,7 +121,8 @@ func (c *Conn) SendEncoded(b []byte, fd int) error {
 // SendBatch writes the first frames of out (at most MaxBatch), in order,
 // in one sendmmsg(2) where the system has it: as many as the socket takes.
 // It returns how many it sent, at least one, or ErrWouldBlock when the
-// socket took none. Like Send, it never closes a descriptor.
+// socket took none, or ErrTryLater when the kernel took none for now. Like
+// Send, it never closes a descriptor.
 func (c *Conn) SendBatch(out []Out) (int, error) {
 	out = out[:min(len(out), MaxBatch)]
 	space := unix.CmsgSpace(4)
@@ -165,6 +166,8 @@ func (c *Conn) SendBatch(out []Out) (int, error) {
 		return 0, ErrWouldBlock
 	case unix.EPIPE, unix.ECONNRESET:
 		return 0, ErrClosed
+	case unix.ETOOMANYREFS, unix.ENOBUFS, unix.ENOMEM:
+		return 0, ErrTryLater
 	}
 	return 0, os.NewSyscallError("sendmmsg", err)
 }

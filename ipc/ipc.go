@@ -37,6 +37,12 @@ var (
 	ErrWouldBlock = errors.New("ipc: would block")
 	// ErrClosed reports that the peer closed its end.
 	ErrClosed = errors.New("ipc: channel closed")
+	// ErrTryLater reports that the kernel refused a send for now, with
+	// nothing sent: the sender's account has more descriptors in flight
+	// (sent, not yet received) than its descriptor limit (ETOOMANYREFS),
+	// or the kernel was out of buffer memory. Neither is the channel's
+	// fault, and the same send succeeds once that passes.
+	ErrTryLater = errors.New("ipc: the kernel refused the send for now")
 )
 
 // FrameError is a protocol violation by the peer: a truncated, oversized or

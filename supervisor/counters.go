@@ -43,6 +43,7 @@ type counters struct {
 	acceptDispatches  uint64 // dispatched in the wake-up that accepted them
 	closingDispatches uint64 // dispatched with the descriptor given up (closingHead)
 	sendBatches       uint64 // sendmmsg calls that sent frames to a worker
+	sendRetries       uint64 // sends to a worker the kernel refused for now (holdSends)
 	acceptPauses      uint64
 	workerDeaths      uint64
 	deaths            map[deathCause]uint64

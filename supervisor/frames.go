@@ -19,6 +19,14 @@ func (d *dispatcher) workerEvent(id uint64, ev poll.Event, now time.Time) {
 	if w == nil || w.ch == nil {
 		return
 	}
+	if !w.sendRetryAt.IsZero() {
+		// Held sends (holdSends): registered for nothing, so only a hang-up
+		// is reported, and it stays reported while the worker is not read.
+		if ev.HangUp {
+			d.workerGone(w, "closed its channel", w.state != workerDraining)
+		}
+		return
+	}
 	if ev.Writable {
 		d.flushOut(w)
 		if w.ch == nil || w.wantOut {

@@ -141,6 +141,7 @@ func (d *dispatcher) run() error {
 			}
 		}
 		d.expire(now)
+		d.retrySends(now)
 		if t := d.ticketDeadline(); !t.IsZero() && !now.Before(t) {
 			d.rotateTickets(now)
 		}
@@ -178,6 +179,7 @@ func (d *dispatcher) nextTimeout(now time.Time) time.Duration {
 	consider(d.keeperDeadline())
 	consider(d.upgradeDeadline())
 	for _, w := range d.workers {
+		consider(w.sendRetryAt)
 		if w.state == workerDead && w.exited {
 			consider(w.retryAt)
 		}

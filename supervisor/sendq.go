@@ -2,10 +2,12 @@ package supervisor
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gatehouse-dev/gatehouse/ipc"
 	"github.com/gatehouse-dev/gatehouse/proto"
 	"github.com/gatehouse-dev/gatehouse/supervisor/internal/poll"
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,10 +91,14 @@ func (d *dispatcher) flushOut(w *workerProc) {
 		n, err := w.ch.SendBatch(outs)
 		clear(outs)
 		if err == ipc.ErrWouldBlock {
-			if !w.wantOut {
-				w.wantOut = true
+			if !w.wantOut || !w.sendRetryAt.IsZero() {
+				w.wantOut, w.sendRetryAt = true, time.Time{}
 				d.mod(w.ch.FD(), kindWorker, w.token(), poll.Out)
 			}
+			return
+		}
+		if err == ipc.ErrTryLater {
+			d.holdSends(w)
 			return
 		}
 		if err == ipc.ErrClosed {
@@ -108,6 +114,7 @@ func (d *dispatcher) flushOut(w *workerProc) {
 			return
 		}
 		d.c.sendBatches++
+		w.sendHeldSince = time.Time{}
 		for _, o := range w.outq[:n] {
 			if o.owned {
 				unix.Close(o.fd)
@@ -130,6 +137,53 @@ func (d *dispatcher) flushOut(w *workerProc) {
 // maxIdleOutbuf bounds the send buffer a worker keeps while nothing waits.
 const maxIdleOutbuf = 256 << 10
 
+const (
+	// sendRetryDelay is how long a send the kernel refused for now waits
+	// before it is tried again: no readiness says when descriptors in
+	// flight were received, so the clock does.
+	sendRetryDelay = 10 * time.Millisecond
+	// sendHoldMax bounds how long a worker's frames wait on such refusals
+	// in a row before the worker is given up, as on any failed send: its
+	// connections wait meanwhile.
+	sendHoldMax = 2 * time.Second
+)
+
+// holdSends keeps w's queue when the kernel refused to take it for now
+// (ipc.ErrTryLater: in Linux, more descriptors in flight for the
+// supervisor's account than its descriptor limit, which other processes of
+// the account count towards too). It is tried again after sendRetryDelay
+// (retrySends), and until then the dispatcher reads no more of w's frames,
+// as while its channel is full, so the queue stays as bounded. Refusals for
+// sendHoldMax in a row give the worker up.
+func (d *dispatcher) holdSends(w *workerProc) {
+	now := d.s.now()
+	if w.sendHeldSince.IsZero() {
+		w.sendHeldSince = now
+	} else if now.Sub(w.sendHeldSince) >= sendHoldMax {
+		d.workerGone(w, fmt.Sprintf("sending to worker refused for %v: %v", sendHoldMax, ipc.ErrTryLater), true)
+		return
+	}
+	d.c.sendRetries++
+	d.logLimited(hclog.Warn, "send-retry", "sending to a worker refused for now; retrying", "worker", w.slot, "pid", w.pid)
+	w.sendRetryAt = now.Add(sendRetryDelay)
+	if !w.wantOut {
+		w.wantOut = true
+		d.mod(w.ch.FD(), kindWorker, w.token(), 0)
+	}
+}
+
+// retrySends tries again the sends held by holdSends whose time came.
+func (d *dispatcher) retrySends(now time.Time) {
+	for _, w := range d.workers {
+		if !w.sendRetryAt.IsZero() && !now.Before(w.sendRetryAt) {
+			w.sendRetryAt = time.Time{}
+			if w.ch != nil {
+				d.flushOut(w)
+			}
+		}
+	}
+}
+
 // dropOut discards a gone worker's queue, closing the descriptors it owned.
 func dropOut(w *workerProc) {
 	for _, o := range w.outq {
@@ -140,4 +194,5 @@ func dropOut(w *workerProc) {
 	w.outq = nil
 	w.outbuf = nil
 	w.wantOut = false
+	w.sendRetryAt, w.sendHeldSince = time.Time{}, time.Time{}
 }

@@ -141,6 +141,7 @@ func (d *dispatcher) snapshot(now time.Time) view.Snapshot {
 			"accept_dispatches":  d.c.acceptDispatches,
 			"closing_dispatches": d.c.closingDispatches,
 			"send_batches":       d.c.sendBatches,
+			"send_retries":       d.c.sendRetries,
 			"accept_pauses":      d.c.acceptPauses,
 			"worker_deaths":      d.c.workerDeaths,
 			"worker_kills":       d.c.workerKills,

@@ -74,8 +74,13 @@ type workerProc struct {
 	outbuf   []byte
 	flushing bool
 	// wantOut is true while the channel is registered for writability
-	// (and not readability) to flush outq.
+	// (and not readability) to flush outq, or, while sendRetryAt is set,
+	// for nothing.
 	wantOut bool
+	// sendRetryAt is when a send the kernel refused for now (ipc.ErrTryLater)
+	// is tried again; sendHeldSince is when the first of such refusals in a
+	// row came. Both are zero while sends go through.
+	sendRetryAt, sendHeldSince time.Time
 
 	active int // connections out at this worker
 	kept   int // parked plain connections whose copy it keeps (conn.kept)

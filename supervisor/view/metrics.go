@@ -60,6 +60,7 @@ var counterMetrics = map[string]struct {
 	"accept_dispatches":       {"accept_dispatches_total", "Connections accepted with their head (or ClientHello) already there and dispatched in the same wake-up, never registered with the poller.", "", ""},
 	"closing_dispatches":      {"closing_dispatches_total", "Connections whose head asked to close after it, dispatched with the supervisor's descriptor given up to the worker.", "", ""},
 	"send_batches":            {"ipc_send_batches_total", "System calls that sent frames to a worker: each sends the frames of one wake-up to one worker (sendmmsg), or as many as its channel took.", "", ""},
+	"send_retries":            {"ipc_send_retries_total", "Sends to a worker the kernel refused for now (descriptors in flight over the supervisor account's limit, or no buffer memory), kept and tried again after 10 ms.", "", ""},
 	"accept_pauses":           {"accept_pauses_total", "Times accepting paused for lack of descriptors.", "", ""},
 	"worker_kills":            {"worker_kills_total", "Workers killed for a protocol violation or unresponsiveness.", "", ""},
 	"hot_requests":            {"hot_requests_total", "Requests that arrived while their worker kept the connection hot.", "", ""},
