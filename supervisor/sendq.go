@@ -129,7 +129,7 @@ func (d *dispatcher) flushOut(w *workerProc) {
 		w.outbuf = nil
 	}
 	if w.wantOut {
-		w.wantOut = false
+		w.wantOut, w.sendRetryAt = false, time.Time{}
 		d.mod(w.ch.FD(), kindWorker, w.token(), poll.In)
 	}
 }
@@ -165,21 +165,23 @@ func (d *dispatcher) holdSends(w *workerProc) {
 	}
 	d.c.sendRetries++
 	d.logLimited(hclog.Warn, "send-retry", "sending to a worker refused for now; retrying", "worker", w.slot, "pid", w.pid)
-	w.sendRetryAt = now.Add(sendRetryDelay)
-	if !w.wantOut {
+	if w.sendRetryAt.IsZero() {
+		// Registered for nothing, not even writability (a channel
+		// watched for it since a full one would report it at every wait):
+		// only the clock ends this wait.
 		w.wantOut = true
 		d.mod(w.ch.FD(), kindWorker, w.token(), 0)
 	}
+	w.sendRetryAt = now.Add(sendRetryDelay)
 }
 
 // retrySends tries again the sends held by holdSends whose time came.
+// flushOut ends the hold: its queue sent, a full channel watched for
+// writability, another refusal held anew, or the worker gone.
 func (d *dispatcher) retrySends(now time.Time) {
 	for _, w := range d.workers {
-		if !w.sendRetryAt.IsZero() && !now.Before(w.sendRetryAt) {
-			w.sendRetryAt = time.Time{}
-			if w.ch != nil {
-				d.flushOut(w)
-			}
+		if !w.sendRetryAt.IsZero() && !now.Before(w.sendRetryAt) && w.ch != nil {
+			d.flushOut(w)
 		}
 	}
 }
